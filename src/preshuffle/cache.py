@@ -1,0 +1,147 @@
+"""The lightning indexer's FP8 K cache: quantise, write by slot, read back through a block table.
+
+One token is 132 bytes: 128 fp8 values and one fp32 scale. A block of ``B`` tokens is stored block-flat:
+``B*D`` value bytes (NORMAL or SHUFFLE order, see :mod:`preshuffle.layout`), then ``B`` fp32 scales. The
+tensor is typed ``[num_blocks, B, 1, D + 4]`` uint8, but ``cache[n, t]`` is token t's record only when B == 1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .layout import check_layout, check_shuffle_geometry, offset_map
+
+SCALE_BYTES = 4
+SCALE_FLOOR = 1e-4
+# vLLM's writer uses 224, not the format's 240, for the fnuz variant (MI300).
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 224.0}
+SCALE_FORMATS = (None, "ue8m0")
+
+
+def fp8_max(fp8_dtype: torch.dtype) -> float:
+    if fp8_dtype not in FP8_MAX:
+        raise TypeError(f"fp8_dtype must be one of {list(FP8_MAX)}, got {fp8_dtype}")
+    return FP8_MAX[fp8_dtype]
+
+
+def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, scale_fmt: str | None = None):
+    """Per-token FP8 quantisation: ``scale = max(amax, 1e-4) / fp8_max`` (a power of two, rounded up, with
+    ``scale_fmt="ue8m0"``); returns ``(fp8 values [T, D], fp32 scales [T])`` with ``values * scale ~= k``."""
+    if not isinstance(k, torch.Tensor) or k.dim() != 2:
+        raise TypeError(f"k must be a 2-D tensor [num_tokens, head_dim], got {getattr(k, 'shape', type(k))}")
+    if k.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"k must be bfloat16, float16 or float32, got {k.dtype}")
+    if scale_fmt not in SCALE_FORMATS:
+        raise ValueError(f"scale_fmt must be one of {SCALE_FORMATS}, got {scale_fmt!r}")
+    top = fp8_max(fp8_dtype)
+    k = k.float()
+    scale = k.abs().amax(dim=-1).clamp(min=SCALE_FLOOR) / top
+    if scale_fmt == "ue8m0":
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    values = (k / scale.unsqueeze(-1)).clamp(-top, top).to(fp8_dtype)
+    return values, scale
+
+
+def allocate_k_cache(num_blocks: int, block_size: int, head_dim: int = 128, device=None) -> torch.Tensor:
+    """A zeroed uint8 cache ``[num_blocks, block_size, 1, head_dim + 4]``."""
+    for name, value in (("num_blocks", num_blocks), ("block_size", block_size), ("head_dim", head_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return torch.zeros((num_blocks, block_size, 1, head_dim + SCALE_BYTES), dtype=torch.uint8, device=device)
+
+
+def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
+    """``(num_blocks, block_size, head_dim)`` of a cache, after checking its dtype, shape and memory."""
+    if not isinstance(kv_cache, torch.Tensor) or kv_cache.dtype != torch.uint8:
+        raise TypeError(f"kv_cache must be a uint8 tensor, got {getattr(kv_cache, 'dtype', type(kv_cache))}")
+    shape = tuple(kv_cache.shape)
+    if not (len(shape) == 4 and shape[2] == 1 or len(shape) == 3):
+        raise ValueError(f"kv_cache must be [num_blocks, block_size, 1, head_dim + 4] or "
+                         f"[num_blocks, block_size, head_dim + 4], got {list(shape)}")
+    if shape[-1] <= SCALE_BYTES or (shape[-1] - SCALE_BYTES) % 16:
+        raise ValueError(f"kv_cache's last dim must be head_dim + 4 with head_dim a multiple of 16, got {shape[-1]}")
+    if not kv_cache.is_contiguous():
+        raise ValueError("kv_cache must be contiguous: its blocks are addressed as flat bytes")
+    return shape[0], shape[1], shape[-1] - SCALE_BYTES
+
+
+def _flat_blocks(kv_cache: torch.Tensor) -> torch.Tensor:
+    num_blocks = kv_cache.shape[0]
+    return kv_cache.view(num_blocks, -1)
+
+
+def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.Tensor, *, layout: str = "normal",
+                  scale_fmt: str | None = None, fp8_dtype: torch.dtype = torch.float8_e4m3fn) -> None:
+    """Quantise ``k [T, D]`` and scatter token i to slot ``slot_mapping[i]`` (-1 skips it), in place.
+
+    Every argument is checked before a byte is written."""
+    num_blocks, block_size, head_dim = cache_geometry(kv_cache)
+    check_layout(layout)
+    if layout == "shuffle":
+        check_shuffle_geometry(block_size, head_dim)
+    if not isinstance(k, torch.Tensor) or k.dim() != 2 or k.shape[1] != head_dim:
+        raise ValueError(f"k must be [num_tokens, {head_dim}] to match the cache, got "
+                         f"{list(getattr(k, 'shape', []))}")
+    if not isinstance(slot_mapping, torch.Tensor) or slot_mapping.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"slot_mapping must be an int32/int64 tensor, got {getattr(slot_mapping, 'dtype', None)}")
+    if slot_mapping.shape != (k.shape[0],):
+        raise ValueError(f"slot_mapping must be [{k.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
+    slots = slot_mapping.to(torch.int64).cpu()
+    capacity = num_blocks * block_size
+    bad = (slots < -1) | (slots >= capacity)
+    if bad.any():
+        raise ValueError(f"slot_mapping has slot {int(slots[bad][0])} outside [-1, {capacity}) "
+                         f"({num_blocks} blocks of {block_size})")
+    keep = slots >= 0
+    if torch.unique(slots[keep]).numel() != int(keep.sum()):
+        raise ValueError("slot_mapping writes one slot twice")
+    values, scales = quantize_k(k, fp8_dtype=fp8_dtype, scale_fmt=scale_fmt)
+
+    device = kv_cache.device
+    keep = keep.to(device)
+    slots = slots.to(device)[keep]
+    block, token = slots // block_size, slots % block_size
+    flat = _flat_blocks(kv_cache)
+    value_offsets = offset_map(block_size, head_dim, layout).to(device)[token]
+    flat[block.unsqueeze(1), value_offsets] = values[keep].view(torch.uint8)
+    scale_offsets = block_size * head_dim + SCALE_BYTES * token.unsqueeze(1) + torch.arange(SCALE_BYTES, device=device)
+    flat[block.unsqueeze(1), scale_offsets] = scales[keep].contiguous().view(torch.uint8).view(-1, SCALE_BYTES)
+
+
+def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "normal",
+               fp8_dtype: torch.dtype = torch.float8_e4m3fn):
+    """The fp8 values ``[..., D]`` and fp32 scales ``[...]`` stored at each slot (any shape of slots)."""
+    num_blocks, block_size, head_dim = cache_geometry(kv_cache)
+    check_layout(layout)
+    if layout == "shuffle":
+        check_shuffle_geometry(block_size, head_dim)
+    fp8_max(fp8_dtype)
+    slots = slots.to(torch.int64).to(kv_cache.device)
+    if slots.numel() and (slots.min() < 0 or slots.max() >= num_blocks * block_size):
+        raise ValueError(f"slots must be in [0, {num_blocks * block_size}), got range "
+                         f"[{int(slots.min())}, {int(slots.max())}]")
+    block, token = slots // block_size, slots % block_size
+    flat = _flat_blocks(kv_cache)
+    value_offsets = offset_map(block_size, head_dim, layout).to(kv_cache.device)[token]
+    values = flat[block.unsqueeze(-1), value_offsets].view(fp8_dtype)
+    scale_offsets = block_size * head_dim + SCALE_BYTES * token.unsqueeze(-1) + torch.arange(
+        SCALE_BYTES, device=kv_cache.device)
+    scales = flat[block.unsqueeze(-1), scale_offsets].contiguous().view(torch.float32).squeeze(-1)
+    return values, scales
+
+
+def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, *, layout: str = "normal",
+                   fp8_dtype: torch.dtype = torch.float8_e4m3fn):
+    """Positions ``0 .. num_tokens-1`` of one sequence, read through its block table ``[max_blocks]``:
+    natural fp8 values ``[num_tokens, D]`` and fp32 scales ``[num_tokens]``."""
+    _, block_size, _ = cache_geometry(kv_cache)
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 1:
+        raise ValueError("block_table must be a 1-D tensor of kernel block ids")
+    if block_table.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"block_table must be int32/int64, got {block_table.dtype}")
+    if not 0 <= num_tokens <= block_table.numel() * block_size:
+        raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
+                         f"{block_table.numel()} blocks of {block_size}")
+    positions = torch.arange(num_tokens, device=block_table.device)
+    slots = block_table.to(torch.int64)[positions // block_size] * block_size + positions % block_size
+    return read_slots(kv_cache, slots, layout=layout, fp8_dtype=fp8_dtype)

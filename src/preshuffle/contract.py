@@ -1,0 +1,104 @@
+"""The paged-MQA-logits contract: what the inputs must be, checked once for the reference and the kernels.
+
+Inputs (shared by DeepGEMM, AITER and vLLM): ``q`` fp8 ``[B, next_n, H, D]``; ``kv_cache`` uint8
+``[num_blocks, block_size, 1, D + 4]``; ``weights`` fp32 ``[B * next_n, H]``; ``context_lens`` int32 ``[B]`` or
+``[B, next_n]``; ``block_tables`` int32 ``[B, max_blocks]``; ``max_model_len``, the output's row length.
+Row ``b*next_n + j`` may see position ``p`` when ``p <= context_lens[b] - next_n + j`` (1-D lengths) or
+``p < context_lens[b, j]`` (2-D lengths).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .cache import FP8_MAX, cache_geometry
+from .layout import check_layout, check_shuffle_geometry
+
+
+@dataclass(frozen=True)
+class Problem:
+    batch: int
+    next_n: int
+    heads: int
+    head_dim: int
+    num_blocks: int
+    block_size: int
+    max_blocks: int
+    max_model_len: int
+    layout: str
+    ctx_2d: bool
+
+
+def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout="normal", *,
+                 check_values=True) -> Problem:
+    """Check dtypes, shapes and devices; with ``check_values`` also the lengths and block ids (this reads
+    them on the host, a device sync: pass False when benchmarking inputs already known to be valid)."""
+    if not isinstance(q, torch.Tensor) or q.dtype not in FP8_MAX:
+        raise TypeError(f"q must be an fp8 tensor ({list(FP8_MAX)}), got {getattr(q, 'dtype', type(q))}")
+    if q.dim() != 4:
+        raise ValueError(f"q must be [batch, next_n, heads, head_dim], got {list(q.shape)}")
+    batch, next_n, heads, head_dim = q.shape
+    num_blocks, block_size, cache_dim = cache_geometry(kv_cache)
+    if cache_dim != head_dim:
+        raise ValueError(f"kv_cache holds head_dim {cache_dim} but q has head_dim {head_dim}")
+    check_layout(layout)
+    if layout == "shuffle":
+        check_shuffle_geometry(block_size, head_dim)
+    if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32:
+        raise TypeError(f"weights must be a float32 tensor, got {getattr(weights, 'dtype', type(weights))}")
+    if tuple(weights.shape) != (batch * next_n, heads):
+        raise ValueError(f"weights must be [batch*next_n, heads] = [{batch * next_n}, {heads}], "
+                         f"got {list(weights.shape)}")
+    if not isinstance(context_lens, torch.Tensor) or context_lens.dtype != torch.int32:
+        raise TypeError(f"context_lens must be an int32 tensor, got {getattr(context_lens, 'dtype', None)}")
+    if tuple(context_lens.shape) not in ((batch,), (batch, next_n)):
+        raise ValueError(f"context_lens must be [batch] = [{batch}] or [batch, next_n] = [{batch}, {next_n}], "
+                         f"got {list(context_lens.shape)}")
+    if not isinstance(block_tables, torch.Tensor) or block_tables.dtype != torch.int32:
+        raise TypeError(f"block_tables must be an int32 tensor, got {getattr(block_tables, 'dtype', None)}")
+    if block_tables.dim() != 2 or block_tables.shape[0] != batch:
+        raise ValueError(f"block_tables must be [batch, max_blocks] with batch {batch}, got {list(block_tables.shape)}")
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len <= 0:
+        raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
+    devices = {t.device for t in (q, kv_cache, weights, context_lens, block_tables)}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+
+    problem = Problem(batch, next_n, heads, head_dim, num_blocks, block_size, block_tables.shape[1],
+                      max_model_len, layout, context_lens.dim() == 2)
+    if check_values:
+        _check_values(problem, context_lens, block_tables)
+    return problem
+
+
+def kv_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
+    """``[B, next_n]``: how many leading positions row (b, j) may see."""
+    if context_lens.dim() == 2:
+        return context_lens.to(torch.int64)
+    j = torch.arange(next_n, device=context_lens.device)
+    return (context_lens.to(torch.int64).unsqueeze(1) - next_n + j + 1).clamp(min=0)
+
+
+def _check_values(p: Problem, context_lens: torch.Tensor, block_tables: torch.Tensor) -> None:
+    lens = context_lens.cpu()
+    if lens.numel() == 0:
+        return
+    if (lens < 0).any():
+        raise ValueError(f"context_lens must be >= 0, got {int(lens.min())}")
+    capacity = p.max_blocks * p.block_size
+    longest = int(lens.max())
+    if longest > capacity:
+        raise ValueError(f"context length {longest} is beyond what block_tables can hold "
+                         f"({p.max_blocks} blocks of {p.block_size} = {capacity} tokens)")
+    if longest > p.max_model_len:
+        raise ValueError(f"max_model_len {p.max_model_len} is smaller than the longest context length {longest}")
+    # Only the blocks a sequence reads must be real; the table's tail may hold padding.
+    needed = kv_lengths(lens, p.next_n).amax(dim=1)
+    used = torch.arange(p.max_blocks).unsqueeze(0) < ((needed + p.block_size - 1) // p.block_size).unsqueeze(1)
+    ids = block_tables.cpu()[used]
+    if ids.numel() and (ids.min() < 0 or ids.max() >= p.num_blocks):
+        bad = ids[(ids < 0) | (ids >= p.num_blocks)][0]
+        raise ValueError(f"block_tables holds block id {int(bad)} outside [0, {p.num_blocks}) "
+                         f"in a block the context reads")

@@ -1,0 +1,89 @@
+"""Where each fp8 value of a K-cache block lives: the NORMAL and the preshuffled (SHUFFLE) layouts.
+
+A block of ``B`` tokens holds ``B * D`` value bytes followed by ``B`` fp32 scales. NORMAL puts value
+(t, d) at byte ``t*D + d``. SHUFFLE cuts the block into 16-token x 16-dim tiles and stores each tile's
+16 bytes of one token contiguously, tile after tile along the head dimension::
+
+    offset(t, d) = (t // 16) * 16*D + (d // 16) * 256 + (t % 16) * 16 + (d % 16)
+
+so one 16-byte load gives one matrix-unit lane the 16 K-dim values of one token, and 16 lanes read one
+contiguous 256-byte run. The scales are never shuffled.
+"""
+
+from __future__ import annotations
+
+import torch
+
+LAYOUTS = ("normal", "shuffle")
+TILE = 16  # tokens and dims per MFMA tile
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return layout
+
+
+def check_shuffle_geometry(block_size: int, head_dim: int) -> None:
+    """The shuffled formula is a permutation of the block only for multiples of 16."""
+    if block_size % TILE:
+        raise ValueError(f"block_size must be a multiple of {TILE} for the shuffle layout, got {block_size}")
+    if head_dim % TILE:
+        raise ValueError(f"head_dim must be a multiple of {TILE} for the shuffle layout, got {head_dim}")
+
+
+def _check_position(token: int, dim: int, block_size: int, head_dim: int) -> None:
+    for name, value in (("block_size", block_size), ("head_dim", head_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not 0 <= token < block_size:
+        raise ValueError(f"token must be in [0, {block_size}), got {token}")
+    if not 0 <= dim < head_dim:
+        raise ValueError(f"dim must be in [0, {head_dim}), got {dim}")
+
+
+def normal_offset(token: int, dim: int, block_size: int, head_dim: int = 128) -> int:
+    """Byte offset of value (token, dim) inside a NORMAL block."""
+    _check_position(token, dim, block_size, head_dim)
+    return token * head_dim + dim
+
+
+def shuffle_offset(token: int, dim: int, block_size: int, head_dim: int = 128) -> int:
+    """Byte offset of value (token, dim) inside a SHUFFLE block."""
+    _check_position(token, dim, block_size, head_dim)
+    check_shuffle_geometry(block_size, head_dim)
+    return (token // TILE) * TILE * head_dim + (dim // TILE) * TILE * TILE + (token % TILE) * TILE + dim % TILE
+
+
+def offset_map(block_size: int, head_dim: int = 128, layout: str = "normal") -> torch.Tensor:
+    """int64 ``[block_size, head_dim]``: the byte offset of every value of a block in ``layout``."""
+    check_layout(layout)
+    t = torch.arange(block_size).unsqueeze(1)
+    d = torch.arange(head_dim).unsqueeze(0)
+    if layout == "normal":
+        return t * head_dim + d
+    check_shuffle_geometry(block_size, head_dim)
+    return (t // TILE) * TILE * head_dim + (d // TILE) * TILE * TILE + (t % TILE) * TILE + d % TILE
+
+
+def _check_values(values: torch.Tensor) -> None:
+    if not isinstance(values, torch.Tensor) or values.dim() < 2:
+        raise TypeError("values must be a tensor of shape [..., block_size, head_dim]")
+
+
+def preshuffle(values: torch.Tensor) -> torch.Tensor:
+    """Natural ``[..., B, D]`` block values -> the same values in SHUFFLE byte order, flat ``[..., B*D]``."""
+    _check_values(values)
+    *lead, block_size, head_dim = values.shape
+    offsets = offset_map(block_size, head_dim, "shuffle").to(values.device).reshape(-1)
+    out = torch.empty((*lead, block_size * head_dim), dtype=values.dtype, device=values.device)
+    out[..., offsets] = values.reshape(*lead, -1)
+    return out
+
+
+def unshuffle(flat: torch.Tensor, block_size: int, head_dim: int = 128) -> torch.Tensor:
+    """Inverse of :func:`preshuffle`: flat SHUFFLE bytes ``[..., B*D]`` -> natural ``[..., B, D]``."""
+    if flat.shape[-1] != block_size * head_dim:
+        raise ValueError(f"flat must end in block_size*head_dim = {block_size * head_dim}, got {flat.shape[-1]}")
+    offsets = offset_map(block_size, head_dim, "shuffle").to(flat.device)
+    return flat[..., offsets]

@@ -1,0 +1,117 @@
+"""Reference implementations of FP8 paged MQA logits, and how to compare a kernel against them.
+
+For row ``r = b*next_n + j`` and key position ``p``::
+
+    logits[r, p] = sum_h weights[r, h] * relu(s_p * (q[b, j, h] . k_p))   if row r may see p
+                 = -inf                                                   otherwise
+
+fp8 x fp8 products are exact in fp32 and every fp8 value is exact in float64, so a float64 reference on the
+dequantised inputs is exact up to its own (negligible) rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .cache import read_slots
+from .contract import check_inputs, kv_lengths
+
+
+def _sequence_slots(block_tables: torch.Tensor, b: int, n: int, block_size: int) -> torch.Tensor:
+    positions = torch.arange(n, device=block_tables.device)
+    return block_tables[b].to(torch.int64)[positions // block_size] * block_size + positions % block_size
+
+
+def fp8_paged_mqa_logits_ref(q, kv_cache, weights, context_lens, block_tables, max_model_len, *,
+                             layout="normal", dtype=torch.float64):
+    """The spec's semantics in plain PyTorch, one sequence at a time, computed in ``dtype``.
+
+    Returns fp32 ``[B * next_n, max_model_len]`` when ``dtype`` is float32, else ``dtype``."""
+    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
+    fp8 = q.dtype
+    lens = kv_lengths(context_lens, p.next_n).cpu()  # [B, next_n]
+    out = torch.full((p.batch * p.next_n, max_model_len), -math.inf, dtype=dtype, device=q.device)
+    for b in range(p.batch):
+        n = int(lens[b].max())
+        if n == 0:
+            continue
+        values, scales = read_slots(kv_cache, _sequence_slots(block_tables, b, n, p.block_size), layout=layout,
+                                    fp8_dtype=fp8)
+        k = values.to(dtype) * scales.to(dtype).unsqueeze(1)                       # [n, D]
+        scores = torch.relu(torch.einsum("jhd,pd->jhp", q[b].to(dtype), k))         # [next_n, H, n]
+        w = weights[b * p.next_n:(b + 1) * p.next_n].to(dtype)                      # [next_n, H]
+        row = torch.einsum("jh,jhp->jp", w, scores)                                 # [next_n, n]
+        visible = torch.arange(n, device=q.device) < lens[b].to(q.device).unsqueeze(1)
+        out[b * p.next_n:(b + 1) * p.next_n, :n] = torch.where(visible, row, -math.inf)
+    return out
+
+
+def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
+    """The same function as scalar Python loops: one query row, one key, one head at a time. Tiny inputs only."""
+    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
+    lens = kv_lengths(context_lens, p.next_n).tolist()
+    qf, wf = q.double().tolist(), weights.double().tolist()
+    out = [[-math.inf] * max_model_len for _ in range(p.batch * p.next_n)]
+    for b in range(p.batch):
+        for j in range(p.next_n):
+            r = b * p.next_n + j
+            for pos in range(lens[b][j]):
+                slot = int(block_tables[b, pos // p.block_size]) * p.block_size + pos % p.block_size
+                values, scale = read_slots(kv_cache, torch.tensor([slot]), layout=layout, fp8_dtype=q.dtype)
+                k, s = values[0].double().tolist(), float(scale[0])
+                total = 0.0
+                for h in range(p.heads):
+                    dot = sum(qd * kd for qd, kd in zip(qf[b][j][h], k))
+                    total += wf[r][h] * max(s * dot, 0.0)
+                out[r][pos] = total
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def fp8_paged_mqa_logits_torch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
+    """The vectorised PyTorch baseline of the performance spec, in fp32 on the inputs' device: gather every
+    page, dequantise, batched matmul, relu, weighted sum. Memory grows as ``B * max_len * (D + H)``."""
+    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, check_values=False)
+    lens = kv_lengths(context_lens, p.next_n)                                          # [B, next_n]
+    n = min(p.max_blocks * p.block_size, max_model_len)
+    positions = torch.arange(n, device=q.device)
+    slots = block_tables.to(torch.int64)[:, positions // p.block_size] * p.block_size + positions % p.block_size
+    values, scales = read_slots(kv_cache, slots.clamp(0, p.num_blocks * p.block_size - 1), layout=layout,
+                                fp8_dtype=q.dtype)
+    k = values.float() * scales.unsqueeze(-1)                                           # [B, n, D]
+    scores = torch.relu(torch.bmm(q.float().reshape(p.batch, -1, p.head_dim), k.transpose(1, 2)))  # [B, j*H, n]
+    scores = scores.view(p.batch, p.next_n, p.heads, n)
+    row = (scores * weights.view(p.batch, p.next_n, p.heads, 1)).sum(dim=2)             # [B, next_n, n]
+    row = torch.where(positions < lens.unsqueeze(-1), row, -math.inf)
+    out = torch.full((p.batch * p.next_n, max_model_len), -math.inf, dtype=torch.float32, device=q.device)
+    out[:, :n] = row.reshape(p.batch * p.next_n, n)
+    return out
+
+
+def logits_magnitude(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
+    """Each logit's sum of absolute terms, ``sum_h |w| relu(...)``: the natural scale of its rounding error."""
+    return fp8_paged_mqa_logits_ref(q, kv_cache, weights.abs(), context_lens, block_tables, max_model_len,
+                                    layout=layout)
+
+
+def compare_logits(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor) -> dict:
+    """How far ``out`` is from ``ref``: whether the -inf patterns are identical, and the largest error of a
+    finite logit relative to its magnitude (1.0 where ``out`` is NaN or the patterns differ)."""
+    out, ref, magnitude = (t.detach().to("cpu", torch.float64) for t in (out, ref, magnitude))
+    if out.shape != ref.shape:
+        raise ValueError(f"out has shape {list(out.shape)}, the reference {list(ref.shape)}")
+    same_mask = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
+    finite = torch.isfinite(ref)
+    if not same_mask or torch.isnan(out).any() or (finite & ~torch.isfinite(out)).any():
+        return {"same_inf_pattern": same_mask, "max_rel_error": 1.0, "finite": int(finite.sum())}
+    err = (out[finite] - ref[finite]).abs() / magnitude[finite].clamp(min=torch.finfo(torch.float32).tiny)
+    return {"same_inf_pattern": True, "max_rel_error": float(err.max()) if err.numel() else 0.0,
+            "finite": int(finite.sum())}
+
+
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """DeepGEMM's similarity metric ``1 - 2 sum(xy) / sum(x^2 + y^2)``, masked (-inf) positions zeroed."""
+    x, y = (torch.nan_to_num(t.double(), neginf=0.0) for t in (x, y))
+    denominator = (x * x + y * y).sum()
+    return float(1 - 2 * (x * y).sum() / denominator) if denominator > 0 else 0.0

@@ -1,0 +1,182 @@
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from preshuffle import negotiation as neg
+from preshuffle.negotiation import (
+    DeepseekV32IndexerBackend, MultipleOf, ROCMAiterMLASparseBackend, map_to_kernel_blocks,
+    select_common_block_size,
+)
+
+
+def backend(sizes):
+    return type("B", (neg.AttentionBackend,), {"get_supported_kernel_block_sizes": staticmethod(lambda: sizes)})
+
+
+# vLLM's own unit cases.
+def test_manager_size_itself_when_common():
+    assert select_common_block_size(128, [backend([MultipleOf(32)]), backend([64, MultipleOf(16)])]) == 128
+
+
+def test_largest_common_int_divisor():
+    assert select_common_block_size(256, [backend([128, 64]), backend([64, 32])]) == 64
+
+
+def test_no_common_size_raises():
+    with pytest.raises(ValueError, match="No common block size for 48"):
+        select_common_block_size(48, [backend([64]), backend([MultipleOf(16)])])
+
+
+# The PR's regression test, written the way vLLM writes it: real backends, platform monkeypatched.
+def test_rocm_sparse_mla_block_size_16_keeps_16(monkeypatch):
+    monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
+    assert select_common_block_size(16, [DeepseekV32IndexerBackend, ROCMAiterMLASparseBackend]) == 16
+
+
+def test_rocm_sparse_mla_block_size_32(monkeypatch):
+    monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
+    assert select_common_block_size(32, [DeepseekV32IndexerBackend, ROCMAiterMLASparseBackend]) == 32
+
+
+def test_before_pr_block_size_16_fell_back_to_1(monkeypatch):
+    monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
+    group = [neg.DeepseekV32IndexerBackendBeforePR, neg.ROCMAiterMLASparseBackendBeforePR]
+    assert select_common_block_size(16, group) == 1
+    assert select_common_block_size(128, group) == 64
+
+
+def test_indexer_declaration_read_at_call_time(monkeypatch):
+    assert DeepseekV32IndexerBackend.get_supported_kernel_block_sizes() == [64]
+    monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
+    assert DeepseekV32IndexerBackend.get_supported_kernel_block_sizes() == [1, MultipleOf(16)]
+
+
+@pytest.mark.parametrize("manager, before, after", [
+    (1, 1, 1), (8, 1, 1), (16, 1, 16), (24, 1, 1), (32, 1, 32), (48, 1, 48), (64, 64, 64), (96, 1, 96),
+    (128, 64, 128),
+])
+def test_spec_table_rocm(manager, before, after):
+    assert neg.negotiate(manager, "rocm", before_pr=True).kernel_block_size == before
+    assert neg.negotiate(manager, "rocm").kernel_block_size == after
+
+
+def test_cuda_group_needs_multiples_of_64():
+    assert neg.negotiate(64, "cuda").kernel_block_size == 64
+    assert neg.negotiate(128, "cuda").kernel_block_size == 64
+    assert neg.negotiate(16, "cuda").error.startswith("No common block size for 16")
+
+
+def test_unknown_entry_type_raises_like_vllm():
+    with pytest.raises(ValueError, match="Unknown supported size: 16.0"):
+        select_common_block_size(16, [backend([16.0])])
+    # Like vLLM, an entry after the first match is never looked at.
+    assert select_common_block_size(16, [backend([16, "junk"])]) == 16
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-16, ValueError), (16.0, TypeError), ("16", TypeError),
+                                      (True, TypeError), (None, TypeError)])
+def test_bad_manager_size(bad, exc):
+    with pytest.raises(exc, match="kv_manager_block_size"):
+        select_common_block_size(bad, [backend([MultipleOf(1)])])
+
+
+def test_multiple_of_validates_and_compares():
+    assert MultipleOf(16) == MultipleOf(16) and MultipleOf(16) != MultipleOf(32) and repr(MultipleOf(16)) == "MultipleOf(16)"
+    with pytest.raises(ValueError, match="base"):
+        MultipleOf(0)
+    with pytest.raises(TypeError, match="base"):
+        MultipleOf(1.5)
+
+
+def test_no_backends_accepts_manager_size():
+    assert select_common_block_size(48, []) == 48
+
+
+# A brute-force oracle: the largest divisor of the manager size that every backend accepts.
+def oracle(manager, lists):
+    def accepts(sizes, b):
+        return any((isinstance(s, int) and s == b) or (isinstance(s, MultipleOf) and b % s.base == 0) for s in sizes)
+    for d in range(manager, 0, -1):
+        if manager % d == 0 and all(accepts(sizes, d) for sizes in lists):
+            return d
+    return None
+
+
+entries = st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256]),
+                    st.builds(MultipleOf, st.sampled_from([1, 2, 4, 8, 16, 32, 64])))
+
+
+@given(st.integers(1, 1024), st.lists(st.lists(entries, min_size=1, max_size=4), max_size=4))
+def test_matches_brute_force_oracle(manager, lists):
+    expected = oracle(manager, lists)
+    backends = [backend(sizes) for sizes in lists]
+    if expected is None:
+        with pytest.raises(ValueError, match="No common block size"):
+            select_common_block_size(manager, backends)
+    else:
+        assert select_common_block_size(manager, backends) == expected
+
+
+def test_map_to_kernel_blocks_spec_examples():
+    assert map_to_kernel_blocks([0, 1, 2], 2).tolist() == [0, 1, 2, 3, 4, 5]
+    assert map_to_kernel_blocks([5, 9], 4).tolist() == [20, 21, 22, 23, 36, 37, 38, 39]
+    assert map_to_kernel_blocks([7, 3], 1).tolist() == [7, 3]
+
+
+def test_map_to_kernel_blocks_bad_input():
+    with pytest.raises(ValueError, match="blocks_per_kv_block"):
+        map_to_kernel_blocks([1], 0)
+    with pytest.raises(ValueError, match="non-negative"):
+        map_to_kernel_blocks([1, -2], 2)
+    with pytest.raises(TypeError, match="ids must be integers"):
+        map_to_kernel_blocks([1.5], 2)
+
+
+def test_kernel_size_must_divide_manager_size():
+    with pytest.raises(ValueError, match="kernel_block_size 64 must divide kv_manager_block_size size 16 evenly"):
+        neg.kernel_blocks_per_manager_block(16, 64)
+    assert neg.kernel_blocks_per_manager_block(64, 16) == 4
+
+
+@given(st.sampled_from([16, 32, 64, 128]), st.sampled_from([1, 2, 4, 8, 16]),
+       st.lists(st.integers(0, 50), min_size=1, max_size=6, unique=True), st.data())
+def test_slots_do_not_depend_on_the_split(manager, r_wanted, table, data):
+    kernel = manager // r_wanted if manager % r_wanted == 0 else manager
+    r = manager // kernel
+    kernel_table = map_to_kernel_blocks(table, r)
+    positions = np.array(data.draw(st.lists(st.integers(0, manager * len(table) - 1), min_size=1, max_size=20)))
+    assert (neg.slot_mapping(kernel_table, positions, kernel) == neg.slot_mapping(table, positions, manager)).all()
+
+
+def test_slot_mapping_beyond_table():
+    with pytest.raises(ValueError, match="beyond the block table"):
+        neg.slot_mapping([3, 4], [32], 16)
+
+
+@pytest.mark.parametrize("size, runs, preshuffled", [
+    (1, True, False), (16, True, True), (32, True, True), (64, True, True), (256, True, True), (512, True, True),
+    (768, True, True), (48, False, True), (80, False, True), (96, False, True), (112, False, True), (8, False, True),
+    (320, False, True),
+])
+def test_aiter_acceptance(size, runs, preshuffled):
+    k = neg.indexer_kernel(size, "rocm")
+    assert (k.accepted, k.preshuffled, k.kv_block_size) == (runs, preshuffled, size)
+
+
+def test_sweep_exposes_the_gap_the_pr_left():
+    rejected = neg.rejected_after_pr()
+    assert rejected[:4] == [48, 80, 96, 112]
+    assert 16 not in rejected and 32 not in rejected and 64 not in rejected and 512 not in rejected
+    rows = {r["manager_block_size"]: r for r in neg.sweep([16, 48])}
+    assert rows[16]["before_kernel_block_size"] == 1 and not rows[16]["before_preshuffled"]
+    assert rows[16]["after_kernel_block_size"] == 16 and rows[16]["after_preshuffled"]
+    assert rows[48]["after_kernel_block_size"] == 48 and not rows[48]["after_accepted"]
+
+
+def test_use_platform_restores_and_validates():
+    with neg.use_platform("rocm"):
+        assert neg.current_platform.is_rocm()
+    assert not neg.current_platform.is_rocm()
+    with pytest.raises(ValueError, match="platform"):
+        with neg.use_platform("tpu"):
+            pass
