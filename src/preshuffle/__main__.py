@@ -21,6 +21,28 @@ def _negotiate(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    import json
+
+    from . import bench
+
+    shapes = [bench.ANCHOR_SHAPES[i] for i in args.shapes] if args.shapes else list(bench.ANCHOR_SHAPES)
+
+    def save(record, _row):
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(record, f, indent=1)
+
+    try:
+        record = bench.run(shapes, args.variants, programs_per_sm=args.programs_per_sm,
+                           torch_baseline=not args.no_torch, fp8_mma=not args.no_fp8_mma, on_row=save)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(bench.format_table(record))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m preshuffle", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -32,6 +54,20 @@ def build_parser() -> argparse.ArgumentParser:
     neg.add_argument("--sweep", action="store_true",
                      help="before and after, for every size given (default: 1, 8 and multiples of 16 to 1024)")
     neg.set_defaults(run=_negotiate)
+
+    from .bench import ANCHOR_SHAPES, PROGRAMS_PER_SM_SWEEP, VARIANTS
+
+    ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
+    ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(ANCHOR_SHAPES)),
+                     help="indices of the spec's anchor shapes: " + "; ".join(
+                         f"{i}: {s.label}" for i, s in enumerate(ANCHOR_SHAPES)))
+    ben.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    ben.add_argument("--programs-per-sm", type=int, nargs="+", default=list(PROGRAMS_PER_SM_SWEEP),
+                     help="splits to time for each shape (the tuning sweep)")
+    ben.add_argument("--no-torch", action="store_true", help="skip the vectorised PyTorch baseline")
+    ben.add_argument("--no-fp8-mma", action="store_true", help="skip the fp8 tensor-core comparison run")
+    ben.add_argument("--out", help="write the results (with provenance) to this JSON file as they come")
+    ben.set_defaults(run=_bench)
     return parser
 
 

@@ -29,24 +29,55 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
+def _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE: tl.constexpr, CHUNK: tl.constexpr):
+    """The kernel block id of each position of the chunk starting at ``first`` (0 past the context). Chunks
+    start at multiples of CHUNK, so when CHUNK divides the block size the chunk lies in one block: one scalar
+    table read serves it."""
+    pos = first + tl.arange(0, CHUNK)
+    if BLOCK_SIZE % CHUNK == 0:
+        page = tl.load(bt_ptr + b * bt_stride + first // BLOCK_SIZE, mask=first < kv_len, other=0)
+        pages = tl.zeros_like(pos).to(tl.int64) + page
+    else:
+        pages = tl.load(bt_ptr + b * bt_stride + pos // BLOCK_SIZE, mask=pos < kv_len, other=0).to(tl.int64)
+    return pages
+
+
+@triton.jit
+def _load_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
+                 CHUNK: tl.constexpr):
+    """fp32 scales of the chunk starting at ``first`` (0 past the context), through the cache viewed as fp32:
+    token t's scale is word t after its block's B*D value bytes."""
+    pos = first + tl.arange(0, CHUNK)
+    page = _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
+    words_per_block: tl.constexpr = BLOCK_SIZE * (D + 4) // 4
+    return tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + pos % BLOCK_SIZE,
+                   mask=pos < kv_len, other=0.0)
+
+
+@triton.jit
 def _paged_mqa_logits_kernel(
     q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     bt_stride, out_stride, max_model_len, tokens_per_program,
     NEXT_N: tl.constexpr, NEXT_N_PAD: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
+    DOT: tl.constexpr, PREFETCH_SCALES: tl.constexpr,
 ):
     b = tl.program_id(0)
     start = tl.program_id(1) * tokens_per_program
     end = tl.minimum(start + tokens_per_program, max_model_len)
 
-    # Row r = j*H + h of the query tile; rows of j >= NEXT_N are padding (zero queries, zero weights).
-    rows = tl.arange(0, NEXT_N_PAD * H)
-    row_ok = rows < NEXT_N * H
+    # Queries transposed, [D, NEXT_N_PAD*H]: column c = j*H + h. Keys are the dot's left operand, so the
+    # head reduction runs along the accumulator's columns, inside a warp. Padding columns (j >= NEXT_N)
+    # hold zero queries and zero weights.
+    cols = tl.arange(0, NEXT_N_PAD * H)
+    col_ok = cols < NEXT_N * H
     dims = tl.arange(0, D)
-    q_rows = b * NEXT_N * H + rows
-    q = tl.load(q_ptr + q_rows[:, None] * D + dims[None, :], mask=row_ok[:, None], other=0)
-    q = q.to(tl.float8e4nv, bitcast=True)
-    w = tl.load(w_ptr + q_rows, mask=row_ok, other=0.0)
+    q_cols = b * NEXT_N * H + cols
+    q_t = tl.load(q_ptr + q_cols[None, :] * D + dims[:, None], mask=col_ok[None, :], other=0)
+    q_t = q_t.to(tl.float8e4nv, bitcast=True)
+    if DOT == "fp16" or DOT == "fp16-kb":
+        q_t = q_t.to(tl.float16)
+    w = tl.load(w_ptr + q_cols, mask=col_ok, other=0.0)
 
     # How many leading positions each row j may see, and how many the sequence reads at all.
     js = tl.arange(0, NEXT_N_PAD)
@@ -59,41 +90,60 @@ def _paged_mqa_logits_kernel(
         kv_len = tl.load(ctx_ptr + b)
         visible = kv_len - NEXT_N + js + 1
     visible = tl.where(js < NEXT_N, visible, 0)
-    out_rows = out_ptr + (b * NEXT_N + js).to(tl.int64)[:, None] * out_stride
-    row_mask = (js < NEXT_N)[:, None]
+    out_rows = out_ptr + (b * NEXT_N + js).to(tl.int64)[None, :] * out_stride
+    row_mask = (js < NEXT_N)[None, :]
 
     block_bytes: tl.constexpr = BLOCK_SIZE * (D + 4)
     if SHUFFLED:
-        dim_offsets = (dims // 16) * 256 + dims % 16
+        dim_offsets = tl.max_contiguous(tl.multiple_of((dims // 16) * 256 + dims % 16, 16), 16)
     else:
         dim_offsets = dims
     tok = tl.arange(0, CHUNK)
     read_end = tl.minimum(end, kv_len)
     n_read = tl.cdiv(tl.maximum(read_end - start, 0), CHUNK)
+    if PREFETCH_SCALES:  # Triton pipelines only the loads that feed the dot: fetch scales a chunk ahead
+        s_next = _load_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
     for i in range(n_read):
-        pos = start + i * CHUNK + tok
+        first = start + i * CHUNK
+        pos = first + tok
         in_ctx = pos < kv_len
-        page = tl.load(bt_ptr + b * bt_stride + pos // BLOCK_SIZE, mask=in_ctx, other=0).to(tl.int64)
+        page = _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
         t = pos % BLOCK_SIZE
         if SHUFFLED:
             token_offsets = (t // 16) * (16 * D) + (t % 16) * 16
         else:
             token_offsets = t * D
-        k = tl.load(kv_ptr + (page * block_bytes + token_offsets)[:, None] + dim_offsets[None, :],
-                    mask=in_ctx[:, None], other=0)
+        rows = page * block_bytes + token_offsets
+        if BLOCK_SIZE % 4 == 0:  # then every token's 16-dim run starts 16-byte aligned
+            rows = tl.multiple_of(rows, 16)
+        k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=in_ctx[:, None], other=0)
         k = k.to(tl.float8e4nv, bitcast=True)
-        # The cache viewed as fp32: the scale of token t sits at word (block_bytes + ... ) / 4.
-        s = tl.load(scale_ptr + page * (block_bytes // 4) + (BLOCK_SIZE * D) // 4 + t, mask=in_ctx, other=0.0)
-        scores = tl.dot(q, tl.trans(k), out_dtype=tl.float32)                   # [NEXT_N_PAD*H, CHUNK]
-        scores = tl.maximum(scores * s[None, :], 0.0) * w[:, None]
-        logits = tl.sum(tl.reshape(scores, (NEXT_N_PAD, H, CHUNK)), axis=1)      # [NEXT_N_PAD, CHUNK]
-        logits = tl.where(pos[None, :] < visible[:, None], logits, float("-inf"))
-        tl.store(out_rows + pos[None, :], logits, mask=row_mask & (pos < end)[None, :])
+        if PREFETCH_SCALES:
+            s = s_next
+            s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+        else:
+            s = _load_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+        if DOT == "fp16-kb":
+            scores = tl.trans(tl.dot(tl.trans(q_t), tl.trans(k.to(tl.float16)), out_dtype=tl.float32))
+        elif DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
+            scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
+        elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
+            scores = tl.dot(k, q_t, out_dtype=tl.float32, max_num_imprecise_acc=32)
+        else:
+            scores = tl.dot(k, q_t, out_dtype=tl.float32)                       # [CHUNK, NEXT_N_PAD*H]
+        # s > 0, so relu(s * x) = s * relu(x): apply the scale once per token, after the head reduction.
+        scores = tl.maximum(scores, 0.0) * w[None, :]
+        logits = tl.sum(tl.reshape(scores, (CHUNK, NEXT_N_PAD, H)), axis=2) * s[:, None]  # [CHUNK, NEXT_N_PAD]
+        logits = tl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
+        tl.store(out_rows + pos[:, None], logits, mask=row_mask & (pos < end)[:, None])
 
-    neg_inf = tl.full((NEXT_N_PAD, CHUNK), float("-inf"), tl.float32)
+    neg_inf = tl.full((CHUNK, NEXT_N_PAD), float("-inf"), tl.float32)
     for tail in range(start + n_read * CHUNK, end, CHUNK):
         pos = tail + tok
-        tl.store(out_rows + pos[None, :], neg_inf, mask=row_mask & (pos < end)[None, :])
+        tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
+
+
+DOT_MODES = ("fp8", "fp8-acc32", "fp16", "fp16-kb")
 
 
 @dataclass(frozen=True)
@@ -105,10 +155,14 @@ class LaunchConfig:
     tokens_per_program: int | None = None
     num_warps: int = 4
     num_stages: int = 2
+    dot: str = "fp16"
+    prefetch_scales: bool = True
 
     def __post_init__(self):
         if self.chunk < 16 or self.chunk & (self.chunk - 1):
             raise ValueError(f"chunk must be a power of two >= 16, got {self.chunk}")
+        if self.dot not in DOT_MODES:
+            raise ValueError(f"dot must be one of {DOT_MODES}, got {self.dot!r}")
         if self.tokens_per_program is not None and (self.tokens_per_program <= 0
                                                     or self.tokens_per_program % self.chunk):
             raise ValueError(f"tokens_per_program must be a positive multiple of chunk {self.chunk}, "
@@ -121,8 +175,8 @@ def default_config(batch: int, max_model_len: int) -> LaunchConfig:
     if device.INTERPRETED:
         chunk = 64
         return LaunchConfig(chunk, triton.cdiv(max_model_len, chunk) * chunk)
-    from .tuning import choose_config
-    return choose_config(batch, max_model_len)
+    from .tuning import config_for
+    return config_for(batch, max_model_len)
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
@@ -156,7 +210,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         context_lens.contiguous(), block_tables, out,
         block_tables.stride(0), out.stride(0), max_model_len, tokens_per_program,
         NEXT_N=p.next_n, NEXT_N_PAD=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
-        BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk,
+        BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk, DOT=config.dot,
+        PREFETCH_SCALES=config.prefetch_scales,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out
