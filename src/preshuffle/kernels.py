@@ -75,7 +75,7 @@ def _paged_mqa_logits_kernel(
     q_cols = b * NEXT_N * H + cols
     q_t = tl.load(q_ptr + q_cols[None, :] * D + dims[:, None], mask=col_ok[None, :], other=0)
     q_t = q_t.to(tl.float8e4nv, bitcast=True)
-    if DOT == "fp16" or DOT == "fp16-kb":
+    if DOT == "fp16":
         q_t = q_t.to(tl.float16)
     w = tl.load(w_ptr + q_cols, mask=col_ok, other=0.0)
 
@@ -123,9 +123,7 @@ def _paged_mqa_logits_kernel(
             s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
         else:
             s = _load_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
-        if DOT == "fp16-kb":
-            scores = tl.trans(tl.dot(tl.trans(q_t), tl.trans(k.to(tl.float16)), out_dtype=tl.float32))
-        elif DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
+        if DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
             scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
         elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
             scores = tl.dot(k, q_t, out_dtype=tl.float32, max_num_imprecise_acc=32)
@@ -143,7 +141,7 @@ def _paged_mqa_logits_kernel(
         tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
 
 
-DOT_MODES = ("fp8", "fp8-acc32", "fp16", "fp16-kb")
+DOT_MODES = ("fp8", "fp8-acc32", "fp16")
 
 
 @dataclass(frozen=True)
