@@ -55,12 +55,30 @@ def _load_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE: tl.
 
 
 @triton.jit
+def _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE: tl.constexpr,
+               D: tl.constexpr, CHUNK: tl.constexpr, SHUFFLED: tl.constexpr):
+    """fp8 keys ``[CHUNK, D]`` of the chunk starting at ``first`` (0 past the context), in natural order."""
+    pos = first + tl.arange(0, CHUNK)
+    page = _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
+    t = pos % BLOCK_SIZE
+    if SHUFFLED:
+        token_offsets = (t // 16) * (16 * D) + (t % 16) * 16
+    else:
+        token_offsets = t * D
+    rows = page * (BLOCK_SIZE * (D + 4)) + token_offsets
+    if BLOCK_SIZE % 4 == 0:  # then every token's 16-dim run starts 16-byte aligned
+        rows = tl.multiple_of(rows, 16)
+    k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=(pos < kv_len)[:, None], other=0)
+    return k.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
 def _paged_mqa_logits_kernel(
     q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     bt_stride, out_stride, max_model_len, tokens_per_program,
     NEXT_N: tl.constexpr, NEXT_N_PAD: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
-    DOT: tl.constexpr, PREFETCH_SCALES: tl.constexpr,
+    DOT: tl.constexpr, REGISTER_PREFETCH: tl.constexpr,
 ):
     b = tl.program_id(0)
     start = tl.program_id(1) * tokens_per_program
@@ -93,7 +111,6 @@ def _paged_mqa_logits_kernel(
     out_rows = out_ptr + (b * NEXT_N + js).to(tl.int64)[None, :] * out_stride
     row_mask = (js < NEXT_N)[None, :]
 
-    block_bytes: tl.constexpr = BLOCK_SIZE * (D + 4)
     if SHUFFLED:
         dim_offsets = tl.max_contiguous(tl.multiple_of((dims // 16) * 256 + dims % 16, 16), 16)
     else:
@@ -101,28 +118,23 @@ def _paged_mqa_logits_kernel(
     tok = tl.arange(0, CHUNK)
     read_end = tl.minimum(end, kv_len)
     n_read = tl.cdiv(tl.maximum(read_end - start, 0), CHUNK)
-    if PREFETCH_SCALES:  # Triton pipelines only the loads that feed the dot: fetch scales a chunk ahead
-        s_next = _load_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+    # Triton software-pipelines the loads that feed the dot (num_stages); the scales it leaves alone, so they
+    # are fetched one chunk ahead by hand. With REGISTER_PREFETCH the keys are too (for num_stages=1).
+    s_next = _load_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+    if REGISTER_PREFETCH:
+        k_next = _load_keys(start, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK,
+                            SHUFFLED)
     for i in range(n_read):
         first = start + i * CHUNK
         pos = first + tok
-        in_ctx = pos < kv_len
-        page = _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
-        t = pos % BLOCK_SIZE
-        if SHUFFLED:
-            token_offsets = (t // 16) * (16 * D) + (t % 16) * 16
+        if REGISTER_PREFETCH:
+            k = k_next
+            k_next = _load_keys(first + CHUNK, tl.minimum(kv_len, read_end), b, bt_ptr, bt_stride, kv_ptr,
+                                dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED)
         else:
-            token_offsets = t * D
-        rows = page * block_bytes + token_offsets
-        if BLOCK_SIZE % 4 == 0:  # then every token's 16-dim run starts 16-byte aligned
-            rows = tl.multiple_of(rows, 16)
-        k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=in_ctx[:, None], other=0)
-        k = k.to(tl.float8e4nv, bitcast=True)
-        if PREFETCH_SCALES:
-            s = s_next
-            s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
-        else:
-            s = _load_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+            k = _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED)
+        s = s_next
+        s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
         if DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
             scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
         elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
@@ -154,7 +166,7 @@ class LaunchConfig:
     num_warps: int = 4
     num_stages: int = 2
     dot: str = "fp16"
-    prefetch_scales: bool = True
+    register_prefetch: bool = False
 
     def __post_init__(self):
         if self.chunk < 16 or self.chunk & (self.chunk - 1):
@@ -209,7 +221,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         block_tables.stride(0), out.stride(0), max_model_len, tokens_per_program,
         NEXT_N=p.next_n, NEXT_N_PAD=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
         BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk, DOT=config.dot,
-        PREFETCH_SCALES=config.prefetch_scales,
+        REGISTER_PREFETCH=config.register_prefetch,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out
