@@ -6,7 +6,6 @@ preshuffle/tuning.py. Every configuration is checked against the float64 referen
 """
 
 import argparse
-import dataclasses
 import json
 
 import torch
@@ -32,8 +31,7 @@ def main():
             fields = json.loads(fields)
             checked = None  # other splits of one config must reproduce its checked output bit for bit
             for pps in args.programs_per_sm:
-                config = dataclasses.replace(config_for(shape.batch, inputs["max_model_len"], programs_per_sm=pps),
-                                             **fields)
+                config = config_for(shape.batch, inputs["max_model_len"], programs_per_sm=pps, **fields)
                 fn = bench.kernel_fn(inputs, config)
                 row = bench.measure(fn, inputs, copy_bytes_per_s=record["copy_bytes_per_s"], checked=checked)
                 if checked is None:

@@ -16,10 +16,11 @@ PROGRAMS_PER_SM = 8
 CHUNK, NUM_WARPS, NUM_STAGES = 64, 4, 5
 
 
-def config_for(batch: int, max_model_len: int, *, programs_per_sm: int = PROGRAMS_PER_SM) -> LaunchConfig:
+def config_for(batch: int, max_model_len: int, *, programs_per_sm: int = PROGRAMS_PER_SM, chunk: int = CHUNK,
+               num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
     """Split each row so that ``batch * splits`` is about ``programs_per_sm`` programs per SM, never cutting
     below one chunk per program: small batches with long contexts get split along the context."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    chunks = triton.cdiv(max_model_len, CHUNK)
+    chunks = triton.cdiv(max_model_len, chunk)
     splits = max(1, min(chunks, triton.cdiv(programs_per_sm * sms, batch)))
-    return LaunchConfig(CHUNK, triton.cdiv(chunks, splits) * CHUNK, NUM_WARPS, NUM_STAGES)
+    return LaunchConfig(chunk, triton.cdiv(chunks, splits) * chunk, num_warps, num_stages, **fields)
