@@ -78,7 +78,7 @@ def _paged_mqa_logits_kernel(
     bt_stride, out_stride, max_model_len, tokens_per_program,
     NEXT_N: tl.constexpr, NEXT_N_PAD: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
-    DOT: tl.constexpr, REGISTER_PREFETCH: tl.constexpr,
+    DOT: tl.constexpr,
 ):
     b = tl.program_id(0)
     start = tl.program_id(1) * tokens_per_program
@@ -118,21 +118,13 @@ def _paged_mqa_logits_kernel(
     tok = tl.arange(0, CHUNK)
     read_end = tl.minimum(end, kv_len)
     n_read = tl.cdiv(tl.maximum(read_end - start, 0), CHUNK)
-    # Triton software-pipelines the loads that feed the dot (num_stages); the scales it leaves alone, so they
-    # are fetched one chunk ahead by hand. With REGISTER_PREFETCH the keys are too (for num_stages=1).
+    # Triton software-pipelines the loads that feed the dot (num_stages) but leaves the scales alone, so they
+    # are fetched one chunk ahead by hand.
     s_next = _load_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
-    if REGISTER_PREFETCH:
-        k_next = _load_keys(start, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK,
-                            SHUFFLED)
     for i in range(n_read):
         first = start + i * CHUNK
         pos = first + tok
-        if REGISTER_PREFETCH:
-            k = k_next
-            k_next = _load_keys(first + CHUNK, tl.minimum(kv_len, read_end), b, bt_ptr, bt_stride, kv_ptr,
-                                dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED)
-        else:
-            k = _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED)
+        k = _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED)
         s = s_next
         s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
         if DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
@@ -166,7 +158,6 @@ class LaunchConfig:
     num_warps: int = 4
     num_stages: int = 2
     dot: str = "fp16"
-    register_prefetch: bool = False
 
     def __post_init__(self):
         if self.chunk < 16 or self.chunk & (self.chunk - 1):
@@ -190,12 +181,14 @@ def default_config(batch: int, max_model_len: int) -> LaunchConfig:
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
-                         check_values=True, config: LaunchConfig | None = None):
+                         check_values=True, config: LaunchConfig | None = None, out: torch.Tensor | None = None):
     """Triton FP8 paged MQA logits: same contract and output as
     :func:`preshuffle.reference.fp8_paged_mqa_logits_ref`, fp32 ``[B * next_n, max_model_len]``.
 
     The kernel block size is read from ``kv_cache.shape[1]``. ``check_values=False`` skips the checks that read
-    context lengths and block ids on the host (a device sync), for benchmarking known-good inputs."""
+    context lengths and block ids on the host (a device sync), for benchmarking known-good inputs. ``out``, an
+    fp32 ``[B * next_n, max_model_len]`` tensor, receives the result instead of a new one; every element is
+    written."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
                      check_values=check_values)
     if q.dtype != torch.float8_e4m3fn:
@@ -211,7 +204,12 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     config = config or default_config(p.batch, max_model_len)
     tokens_per_program = config.tokens_per_program or triton.cdiv(max_model_len, config.chunk) * config.chunk
     block_tables = block_tables.contiguous()
-    out = torch.empty((p.batch * p.next_n, max_model_len), dtype=torch.float32, device=q.device)
+    shape = (p.batch * p.next_n, max_model_len)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.float32, device=q.device)
+    elif out.dtype != torch.float32 or tuple(out.shape) != shape or not out.is_contiguous() or out.device != q.device:
+        raise ValueError(f"out must be a contiguous float32 tensor of shape {list(shape)} on {q.device}, got "
+                         f"{out.dtype} {list(out.shape)} on {out.device}")
     if out.numel() == 0:
         return out
     grid = (p.batch, triton.cdiv(max_model_len, tokens_per_program))
@@ -221,7 +219,6 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         block_tables.stride(0), out.stride(0), max_model_len, tokens_per_program,
         NEXT_N=p.next_n, NEXT_N_PAD=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
         BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk, DOT=config.dot,
-        REGISTER_PREFETCH=config.register_prefetch,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out

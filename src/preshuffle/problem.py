@@ -1,0 +1,54 @@
+"""Small random paged-MQA-logits problems, built through the real cache writer, for tests and notebooks."""
+
+from __future__ import annotations
+
+import torch
+
+from .cache import allocate_k_cache, write_k_cache
+
+ARG_NAMES = ("q", "kv_cache", "weights", "context_lens", "block_tables", "max_model_len")
+
+
+def kernel_args(problem: dict) -> tuple:
+    """The positional arguments of the reference and the kernel, in order."""
+    return tuple(problem[k] for k in ARG_NAMES)
+
+
+def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: int = 128, block_size: int = 16,
+                   layout: str = "normal", ctx_2d: bool = False, extra_blocks: int = 2, spare_columns: int = 1,
+                   max_model_len: int | None = None, seed: int = 0, device=None, scale_fmt: str | None = None) -> dict:
+    """A batch whose sequence b has ``context_lens[b]`` tokens of random keys, written by slot through a block
+    table drawn from a random permutation of the cache's blocks (``extra_blocks`` unused ones), with
+    ``spare_columns`` padding entries (id 0) at the end of each table row.
+
+    With ``ctx_2d`` each row j of a sequence gets its own length, ``context_lens[b] - (next_n - 1 - j)`` (never
+    below 0), as a speculative-decoding caller would pass."""
+    g = torch.Generator().manual_seed(seed)
+    lens = [int(n) for n in context_lens]
+    batch = len(lens)
+    blocks = [-(-n // block_size) for n in lens]
+    max_blocks = max(blocks, default=0) + spare_columns
+    num_blocks = sum(blocks) + extra_blocks
+    perm = torch.randperm(num_blocks, generator=g).to(torch.int32)
+    block_tables = torch.zeros(batch, max(max_blocks, 1), dtype=torch.int32)
+    kv_cache = allocate_k_cache(num_blocks, block_size, head_dim)
+    used = 0
+    for b, n in enumerate(lens):
+        block_tables[b, :blocks[b]] = perm[used:used + blocks[b]]
+        used += blocks[b]
+        k = torch.randn(n, head_dim, generator=g) * torch.rand(n, 1, generator=g) * 4
+        positions = torch.arange(n)
+        slots = block_tables[b, positions // block_size].to(torch.int64) * block_size + positions % block_size
+        write_k_cache(kv_cache, k, slots, layout=layout, scale_fmt=scale_fmt)
+    q = (torch.randn(batch, next_n, heads, head_dim, generator=g) * 2).to(torch.float8_e4m3fn)
+    weights = torch.randn(batch * next_n, heads, generator=g)
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    if ctx_2d:
+        j = torch.arange(next_n)
+        ctx = (ctx.unsqueeze(1) - (next_n - 1 - j)).clamp(min=0).to(torch.int32)
+    longest = max(lens, default=0)
+    problem = {"q": q, "kv_cache": kv_cache, "weights": weights, "context_lens": ctx, "block_tables": block_tables,
+               "max_model_len": max_model_len or longest + 3, "layout": layout, "sum_ctx": sum(lens)}
+    if device is not None:
+        problem.update({k: v.to(device) for k, v in problem.items() if isinstance(v, torch.Tensor)})
+    return problem
