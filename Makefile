@@ -17,4 +17,4 @@ lab: setup
 	$(BIN)/jupyter lab notebooks/
 
 test: setup
-	$(BIN)/python -m pytest tests notebooks --nbval
+	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env

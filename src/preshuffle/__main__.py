@@ -39,7 +39,10 @@ def _bench(args) -> int:
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(bench.format_table(record))
+    from . import report
+
+    print(report.provenance_line(record))
+    print(report.format_summary(report.summary(record)))
     return 0
 
 

@@ -282,26 +282,3 @@ def run(shapes=ANCHOR_SHAPES, variants=tuple(VARIANTS), *, programs_per_sm=PROGR
         del inputs
         torch.cuda.empty_cache()
     return record
-
-
-def rule_rows(record: dict, kind: str = "kernel") -> dict:
-    """(shape, variant) -> the row of ``kind`` timed with the package's own launch rule (what a caller gets)."""
-    return {(Shape(**r["shape"]), r["variant"]): r for r in record["rows"]
-            if r["kind"] == kind and r.get("rule") and "us" in r}
-
-
-def format_table(record: dict) -> str:
-    """One line per shape: the best variant, its share of the copy ceiling, DeepGEMM's recorded share."""
-    best = rule_rows(record)
-    lines = [f"copy ceiling {record['copy_bytes_per_s'] / 1e12:.2f} TB/s  ({record['provenance'].get('gpu')})",
-             f"{'shape':30s} {'variant':16s} {'us':>9s} {'GB/s':>7s} {'%copy':>6s} {'DeepGEMM %':>10s} "
-             f"{'block1 us':>9s} {'speed-up':>8s}"]
-    for shape in dict.fromkeys(s for s, _ in best):
-        rows = {v: r for (s, v), r in best.items() if s == shape}
-        name, row = min(rows.items(), key=lambda kv: kv[1]["us"])
-        recorded = DEEPGEMM_H200.get(shape)
-        block1 = rows.get("block1")
-        lines.append(f"{shape.label:30s} {name:16s} {row['us']:9.1f} {row['gb_per_s']:7.0f} {row['pct_copy']:6.1f} "
-                     f"{recorded[2] if recorded else '-':>10} {block1['us'] if block1 else float('nan'):9.1f} "
-                     f"{block1['us'] / row['us'] if block1 else float('nan'):8.2f}x")
-    return "\n".join(lines)

@@ -54,12 +54,11 @@ def quantization_plot(seed: int = 0, tokens: int = 2000, fp8_dtype=torch.float8_
     left.set_xlabel("amax of the token")
     left.set_ylabel("scale")
     left.legend()
-    bins = np.logspace(-5, 0, 60)
+    bins = np.linspace(0.0, 0.05, 51)
     for fmt, label in ((None, "plain scale"), ("ue8m0", "ue8m0 scale")):
         values, scales = quantize_k(k, fp8_dtype=fp8_dtype, scale_fmt=fmt)
         err = ((values.float() * scales[:, None] - k.float()).norm(dim=1) / k.float().norm(dim=1)).numpy()
         right.hist(err, bins=bins, alpha=0.6, label=f"{label} (median {np.median(err):.4f})")
-    right.set_xscale("log")
     right.set_xlabel("relative error of a dequantised token")
     right.set_ylabel("tokens")
     right.legend()
@@ -136,7 +135,7 @@ def valid_region_plot(logits: torch.Tensor, next_n: int, title: str = "visible (
 def roofline_plot(points: list[dict], copy_tb_s: float, tensor_tflops: float, title: str):
     """Achieved TFLOP/s against arithmetic intensity, under the copy ceiling and the fp16 MMA peak."""
     fig, ax = plt.subplots(figsize=WIDE)
-    intensity = np.logspace(0, 3, 200)
+    intensity = np.logspace(1, 3, 200)
     ax.loglog(intensity, np.minimum(intensity * copy_tb_s, tensor_tflops), "k-", label="roofline (copy, fp16 MMA)")
     for p in points:
         ax.scatter(p["intensity"], p["tflop_per_s"], marker=p.get("marker", "o"), label=p["label"], zorder=3)
@@ -160,7 +159,7 @@ def grouped_bars(groups: list[str], series: dict[str, list[float]], ylabel: str,
     ax.set_xticks(x, groups, fontsize=7)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, ncol=3, loc="upper left")
     fig.tight_layout()
     return fig
 

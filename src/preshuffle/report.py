@@ -1,0 +1,78 @@
+"""Reading a results file of ``python -m preshuffle bench``: the comparisons the performance chapter makes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .bench import DEEPGEMM_H200, Shape
+from .tuning import default_programs_per_sm
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+def load(path: str | Path = RESULTS / "h200.json") -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def rule_rows(record: dict, kind: str = "kernel") -> dict:
+    """(shape, variant) -> the timed row of ``kind`` whose split is the package's launch rule, i.e. what a
+    caller of ``fp8_paged_mqa_logits`` gets."""
+    rows = {}
+    for r in record["rows"]:
+        shape = Shape(**r["shape"])
+        if r["kind"] == kind and "us" in r and r.get("programs_per_sm") in (None, default_programs_per_sm(shape.batch)):
+            rows[(shape, r["variant"])] = r
+    return rows
+
+
+def summary(record: dict) -> list[dict]:
+    """One row per shape: our best variant against DeepGEMM's recorded share, the variants against each other,
+    the PyTorch baseline and the fp8-MMA kernel."""
+    kernel = rule_rows(record)
+    extras = {kind: rule_rows(record, kind) for kind in ("torch", "kernel-fp8-mma", "kernel-fp8-acc32-mma")}
+    out = []
+    for shape in dict.fromkeys(s for s, _ in kernel):
+        us = {v: r["us"] for (s, v), r in kernel.items() if s == shape}
+        best = min(us, key=us.get)
+        row = kernel[(shape, best)]
+        torch_row = extras["torch"].get((shape, "block64-normal"))
+        fp8 = extras["kernel-fp8-mma"].get((shape, "block64-normal"))
+        recorded = DEEPGEMM_H200.get(shape)
+        out.append({
+            "shape": shape, "best": best, "us": row["us"], "gb_per_s": row["gb_per_s"], "pct_copy": row["pct_copy"],
+            "tflop_per_s": row["tflop_per_s"], "max_rel_error": row["max_rel_error"],
+            "flop_per_byte": row["tflop_per_s"] * 1e12 * row["us"] * 1e-6 / row["bytes"],
+            "deepgemm_pct": recorded[2] if recorded else None, "deepgemm_us": recorded[0] if recorded else None,
+            "us_by_variant": us,
+            "block16_over_block1": us["block1"] / min(us["block16-normal"], us["block16-shuffle"]),
+            "block64_over_block1": us["block1"] / min(us["block64-normal"], us["block64-shuffle"]),
+            "natural_over_shuffled_16": us["block16-shuffle"] / us["block16-normal"],
+            "natural_over_shuffled_64": us["block64-shuffle"] / us["block64-normal"],
+            "torch_us": torch_row["us"] if torch_row else None,
+            "over_torch": torch_row["us"] / us["block64-normal"] if torch_row else None,
+            "fp8_mma_pct": fp8["pct_copy"] if fp8 else None,
+            "fp8_mma_error": fp8["max_rel_error"] if fp8 else None,
+        })
+    return out
+
+
+def format_summary(rows: list[dict]) -> str:
+    header = (f"{'shape':28s} {'best variant':15s} {'us':>8s} {'%copy':>6s} {'DeepGEMM%':>9s} {'b16/b1':>7s} "
+              f"{'b64/b1':>7s} {'nat/shuf16':>10s} {'nat/shuf64':>10s} {'vs torch':>8s} {'fp8-MMA%':>8s}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        torch_speedup = f"{r['over_torch']:7.0f}x" if r["over_torch"] else f"{'-':>8s}"
+        lines.append(f"{r['shape'].label:28s} {r['best']:15s} {r['us']:8.1f} {r['pct_copy']:6.1f} "
+                     f"{r['deepgemm_pct'] if r['deepgemm_pct'] else '-':>9} {r['block16_over_block1']:6.2f}x "
+                     f"{r['block64_over_block1']:6.2f}x {r['natural_over_shuffled_16']:9.2f}x "
+                     f"{r['natural_over_shuffled_64']:9.2f}x {torch_speedup} {r['fp8_mma_pct'] or 0:8.1f}")
+    return "\n".join(lines)
+
+
+def provenance_line(record: dict) -> str:
+    p = record["provenance"]
+    return (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
+            f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}; copy ceiling "
+            f"{record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run")
