@@ -29,16 +29,33 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
-def _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE: tl.constexpr, CHUNK: tl.constexpr):
-    """The kernel block id of each position of the chunk starting at ``first`` (0 past the context). Chunks
-    start at multiples of CHUNK, so when CHUNK divides the block size the chunk lies in one block: one scalar
-    table read serves it."""
+def _chunk_tokens(first, BLOCK_SIZE: tl.constexpr, CHUNK: tl.constexpr):
+    """(index into the block table, token inside its block) of each position of the chunk starting at
+    ``first``, a multiple of CHUNK. When one of CHUNK and BLOCK_SIZE divides the other, both come from the
+    chunk's start plus a pattern of ``arange`` the compiler hoists out of the loop: no division per element."""
+    tok = tl.arange(0, CHUNK)
+    if BLOCK_SIZE % CHUNK == 0:  # the chunk lies inside one block
+        return tl.zeros_like(tok) + first // BLOCK_SIZE, first % BLOCK_SIZE + tok
+    if CHUNK % BLOCK_SIZE == 0:  # the chunk is whole blocks
+        return first // BLOCK_SIZE + tok // BLOCK_SIZE, tok % BLOCK_SIZE
+    pos = first + tok
+    return pos // BLOCK_SIZE, pos % BLOCK_SIZE
+
+
+@triton.jit
+def _block_ids(first, index, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE: tl.constexpr, CHUNK: tl.constexpr,
+               MASKED: tl.constexpr = True):
+    """The kernel block id of each position of the chunk (0 past the context); ``index`` from _chunk_tokens.
+    When the chunk lies in one block, one scalar table read serves it. ``MASKED=False`` when the whole chunk is
+    inside the context."""
     pos = first + tl.arange(0, CHUNK)
     if BLOCK_SIZE % CHUNK == 0:
         page = tl.load(bt_ptr + b * bt_stride + first // BLOCK_SIZE, mask=first < kv_len, other=0)
         pages = tl.zeros_like(pos).to(tl.int64) + page
+    elif MASKED:
+        pages = tl.load(bt_ptr + b * bt_stride + index, mask=pos < kv_len, other=0).to(tl.int64)
     else:
-        pages = tl.load(bt_ptr + b * bt_stride + pos // BLOCK_SIZE, mask=pos < kv_len, other=0).to(tl.int64)
+        pages = tl.load(bt_ptr + b * bt_stride + index).to(tl.int64)
     return pages
 
 
@@ -48,28 +65,61 @@ def _load_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE: tl.
     """fp32 scales of the chunk starting at ``first`` (0 past the context), through the cache viewed as fp32:
     token t's scale is word t after its block's B*D value bytes."""
     pos = first + tl.arange(0, CHUNK)
-    page = _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
+    index, t = _chunk_tokens(first, BLOCK_SIZE, CHUNK)
+    page = _block_ids(first, index, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
     words_per_block: tl.constexpr = BLOCK_SIZE * (D + 4) // 4
-    return tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + pos % BLOCK_SIZE,
-                   mask=pos < kv_len, other=0.0)
+    return tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + t, mask=pos < kv_len, other=0.0)
 
 
 @triton.jit
 def _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE: tl.constexpr,
-               D: tl.constexpr, CHUNK: tl.constexpr, SHUFFLED: tl.constexpr):
+               D: tl.constexpr, CHUNK: tl.constexpr, SHUFFLED: tl.constexpr, MASKED: tl.constexpr):
     """fp8 keys ``[CHUNK, D]`` of the chunk starting at ``first`` (0 past the context), in natural order."""
     pos = first + tl.arange(0, CHUNK)
-    page = _block_ids(first, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
-    t = pos % BLOCK_SIZE
-    if SHUFFLED:
-        token_offsets = (t // 16) * (16 * D) + (t % 16) * 16
+    index, t = _chunk_tokens(first, BLOCK_SIZE, CHUNK)
+    page = _block_ids(first, index, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK, MASKED)
+    if BLOCK_SIZE % CHUNK == 0:
+        # t = t0 + arange with t0 a multiple of CHUNK (so of 16): split off t0 to keep the rest loop-invariant.
+        t0 = first % BLOCK_SIZE
+        t = tl.arange(0, CHUNK)
     else:
-        token_offsets = t * D
+        t0 = 0
+    if SHUFFLED:
+        token_offsets = t0 * D + (t // 16) * (16 * D) + (t % 16) * 16
+    else:
+        token_offsets = t0 * D + t * D
     rows = page * (BLOCK_SIZE * (D + 4)) + token_offsets
     if BLOCK_SIZE % 4 == 0:  # then every token's 16-dim run starts 16-byte aligned
         rows = tl.multiple_of(rows, 16)
-    k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=(pos < kv_len)[:, None], other=0)
+    if MASKED:
+        k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=(pos < kv_len)[:, None], other=0)
+    else:
+        k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :])
     return k.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, out_rows,
+                 row_mask, H: tl.constexpr, D: tl.constexpr, NEXT_N_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+                 SHUFFLED: tl.constexpr, CHUNK: tl.constexpr, DOT: tl.constexpr, MASKED: tl.constexpr):
+    """Logits of the chunk of positions starting at ``first``, stored. ``MASKED=False`` for a chunk every row
+    sees in full: no masks on its loads, no -inf select, no bound on its store."""
+    pos = first + tl.arange(0, CHUNK)
+    k = _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED, MASKED)
+    if DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
+        scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
+    elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
+        scores = tl.dot(k, q_t, out_dtype=tl.float32, max_num_imprecise_acc=32)
+    else:
+        scores = tl.dot(k, q_t, out_dtype=tl.float32)                           # [CHUNK, NEXT_N_PAD*H]
+    # s > 0, so relu(s * x) = s * relu(x): apply the scale once per token, after the head reduction.
+    scores = tl.maximum(scores, 0.0) * w[None, :]
+    logits = tl.sum(tl.reshape(scores, (CHUNK, NEXT_N_PAD, H)), axis=2) * s[:, None]  # [CHUNK, NEXT_N_PAD]
+    if MASKED:
+        logits = tl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
+        tl.store(out_rows + pos[:, None], logits, mask=row_mask & (pos < end)[:, None])
+    else:
+        tl.store(out_rows + pos[:, None], logits, mask=row_mask)
 
 
 @triton.jit
@@ -118,26 +168,24 @@ def _paged_mqa_logits_kernel(
     tok = tl.arange(0, CHUNK)
     read_end = tl.minimum(end, kv_len)
     n_read = tl.cdiv(tl.maximum(read_end - start, 0), CHUNK)
+    # Chunks that every row sees in full need no masks; only the last few of a sequence do.
+    n_full = tl.maximum(tl.minimum(read_end, tl.min(tl.where(js < NEXT_N, visible, kv_len), axis=0)) - start,
+                        0) // CHUNK
     # Triton software-pipelines the loads that feed the dot (num_stages) but leaves the scales alone, so they
     # are fetched one chunk ahead by hand.
     s_next = _load_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
-    for i in range(n_read):
+    for i in range(n_full):
         first = start + i * CHUNK
-        pos = first + tok
-        k = _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED)
         s = s_next
         s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
-        if DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
-            scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
-        elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
-            scores = tl.dot(k, q_t, out_dtype=tl.float32, max_num_imprecise_acc=32)
-        else:
-            scores = tl.dot(k, q_t, out_dtype=tl.float32)                       # [CHUNK, NEXT_N_PAD*H]
-        # s > 0, so relu(s * x) = s * relu(x): apply the scale once per token, after the head reduction.
-        scores = tl.maximum(scores, 0.0) * w[None, :]
-        logits = tl.sum(tl.reshape(scores, (CHUNK, NEXT_N_PAD, H)), axis=2) * s[:, None]  # [CHUNK, NEXT_N_PAD]
-        logits = tl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
-        tl.store(out_rows + pos[:, None], logits, mask=row_mask & (pos < end)[:, None])
+        _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, out_rows,
+                     row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, False)
+    for i in range(n_full, n_read):
+        first = start + i * CHUNK
+        s = s_next
+        s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+        _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, out_rows,
+                     row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, True)
 
     neg_inf = tl.full((CHUNK, NEXT_N_PAD), float("-inf"), tl.float32)
     for tail in range(start + n_read * CHUNK, end, CHUNK):
