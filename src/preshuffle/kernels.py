@@ -168,9 +168,12 @@ def _paged_mqa_logits_kernel(
     tok = tl.arange(0, CHUNK)
     read_end = tl.minimum(end, kv_len)
     n_read = tl.cdiv(tl.maximum(read_end - start, 0), CHUNK)
-    # Chunks that every row sees in full need no masks; only the last few of a sequence do.
-    n_full = tl.maximum(tl.minimum(read_end, tl.min(tl.where(js < NEXT_N, visible, kv_len), axis=0)) - start,
-                        0) // CHUNK
+    # Chunks that every row sees in full need no masks; only the last few of a sequence do. With several
+    # query rows the second copy of the loop costs more registers than the masks (fewer CTAs per SM).
+    if NEXT_N == 1:
+        n_full = tl.maximum(tl.minimum(read_end, kv_len) - start, 0) // CHUNK
+    else:
+        n_full = 0
     # Triton software-pipelines the loads that feed the dot (num_stages) but leaves the scales alone, so they
     # are fetched one chunk ahead by hand.
     s_next = _load_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
