@@ -59,3 +59,13 @@ def test_plots_build(make, axes):
     fig = make()
     assert len(fig.axes) == axes and tuple(fig.get_size_inches()) in {plots.WIDE, plots.SQUARE_PAIR, (10, 1.8)}
     matplotlib.pyplot.close(fig)
+
+
+def test_performance_plots_from_the_committed_results():
+    from preshuffle import report
+
+    rows = report.summary(report.load())
+    for fig in (plots.block_speedup_plot(rows), plots.copy_share_plot(rows)):
+        bars = [p for p in fig.axes[0].patches]
+        assert len(bars) in (5 * len(rows), 3 * len(rows))
+        matplotlib.pyplot.close(fig)

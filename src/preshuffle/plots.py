@@ -174,3 +174,24 @@ def decode_share_plot(contexts, shares: dict[str, list[float]], pr_share: float)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _shape_labels(rows: list[dict]) -> list[str]:
+    return [r["shape"].label.replace(" next_n=", "/").replace(" ctx=", "/") for r in rows]
+
+
+def block_speedup_plot(rows: list[dict]):
+    """Speed-up of every variant over kernel block size 1, per shape (rows of report.summary)."""
+    variants = ["block1", "block16-normal", "block16-shuffle", "block64-normal", "block64-shuffle"]
+    speedups = {v: [r["us_by_variant"]["block1"] / r["us_by_variant"][v] for r in rows] for v in variants}
+    return grouped_bars(_shape_labels(rows), speedups, "speed-up over kernel block size 1",
+                        "Same data, five caches (B/next_n/ctx)", hline=1.0)
+
+
+def copy_share_plot(rows: list[dict]):
+    """Share of the copy ceiling: this kernel, the same kernel on fp8 MMAs, DeepGEMM's recorded figure."""
+    shares = {"this kernel (fp16 MMA, exact)": [r["pct_copy"] for r in rows],
+              "same kernel on fp8 MMA (error ~3e-4)": [r["fp8_mma_pct"] for r in rows],
+              "DeepGEMM 2.6.1 (recorded)": [r["deepgemm_pct"] for r in rows]}
+    return grouped_bars(_shape_labels(rows), shares, "% of the copy ceiling",
+                        "Share of the HBM copy ceiling (B/next_n/ctx)")
