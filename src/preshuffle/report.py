@@ -45,6 +45,9 @@ def summary(record: dict) -> list[dict]:
             "tflop_per_s": row["tflop_per_s"], "max_rel_error": row["max_rel_error"],
             "flop_per_byte": row["tflop_per_s"] * 1e12 * row["us"] * 1e-6 / row["bytes"],
             "deepgemm_pct": recorded[2] if recorded else None, "deepgemm_us": recorded[0] if recorded else None,
+            "naive_triton_us_recorded": recorded[3] if recorded else None,
+            "torch_us_recorded": recorded[4] if recorded else None,
+            "over_torch_recorded": recorded[4] / row["us"] if recorded and recorded[4] else None,
             "us_by_variant": us,
             "block16_over_block1": us["block1"] / min(us["block16-normal"], us["block16-shuffle"]),
             "block64_over_block1": us["block1"] / min(us["block64-normal"], us["block64-shuffle"]),
@@ -76,3 +79,17 @@ def provenance_line(record: dict) -> str:
     return (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
             f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}; copy ceiling "
             f"{record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run")
+
+
+def format_recorded(rows: list[dict]) -> str:
+    """Our times beside the spec's recorded anchor run (same GPU model, the spec's own random inputs)."""
+    header = (f"{'shape':28s} {'ours us':>8s} {'DeepGEMM us':>11s} {'naive Triton us':>15s} {'torch us (ours)':>15s} "
+              f"{'torch us (spec)':>15s}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        def cell(value, width):
+            return f"{value:{width}.1f}" if value else f"{'-':>{width}s}"
+        lines.append(f"{r['shape'].label:28s} {r['us']:8.1f} {cell(r['deepgemm_us'], 11)} "
+                     f"{cell(r['naive_triton_us_recorded'], 15)} {cell(r['torch_us'], 15)} "
+                     f"{cell(r['torch_us_recorded'], 15)}")
+    return "\n".join(lines)
