@@ -23,15 +23,18 @@ def test_one_token_one_head_by_hand():
 
 
 @settings(max_examples=15)
-@given(st.lists(st.integers(0, 40), min_size=1, max_size=2), st.integers(1, 3), st.sampled_from([1, 16]),
-       st.booleans(), st.integers(0, 999))
-def test_loops_vectorised_and_torch_agree(lens, next_n, block_size, ctx_2d, seed):
-    problem = random_problem(lens, next_n=next_n, heads=16, block_size=block_size, ctx_2d=ctx_2d, seed=seed)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=2), st.integers(1, 3),
+       st.sampled_from([(1, "normal"), (16, "normal"), (16, "shuffle"), (32, "shuffle")]), st.booleans(),
+       st.integers(0, 999))
+def test_loops_vectorised_and_torch_agree(lens, next_n, block, ctx_2d, seed):
+    block_size, layout = block
+    problem = random_problem(lens, next_n=next_n, heads=16, block_size=block_size, layout=layout, ctx_2d=ctx_2d,
+                             seed=seed)
     args = kernel_args(problem)
-    ref = fp8_paged_mqa_logits_ref(*args)
-    magnitude = logits_magnitude(*args)
-    assert compare_logits(fp8_paged_mqa_logits_loops(*args), ref, magnitude)["max_rel_error"] < 1e-12
-    verdict = compare_logits(fp8_paged_mqa_logits_torch(*args), ref, magnitude)
+    ref = fp8_paged_mqa_logits_ref(*args, layout=layout)
+    magnitude = logits_magnitude(*args, layout=layout)
+    assert compare_logits(fp8_paged_mqa_logits_loops(*args, layout=layout), ref, magnitude)["max_rel_error"] < 1e-12
+    verdict = compare_logits(fp8_paged_mqa_logits_torch(*args, layout=layout), ref, magnitude)
     assert verdict["same_inf_pattern"] and verdict["max_rel_error"] < 1e-5
 
 

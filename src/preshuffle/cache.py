@@ -109,16 +109,15 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
 
 
 def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "normal",
-               fp8_dtype: torch.dtype = torch.float8_e4m3fn, check_slots: bool = True):
-    """The fp8 values ``[..., D]`` and fp32 scales ``[...]`` stored at each slot (any shape of slots).
-    ``check_slots=False`` skips the range check, a device sync, for slots known to be in range."""
+               fp8_dtype: torch.dtype = torch.float8_e4m3fn):
+    """The fp8 values ``[..., D]`` and fp32 scales ``[...]`` stored at each slot (any shape of slots)."""
     num_blocks, block_size, head_dim = cache_geometry(kv_cache)
     check_layout(layout)
     if layout == "shuffle":
         check_shuffle_geometry(block_size, head_dim)
     fp8_max(fp8_dtype)
     slots = slots.to(torch.int64).to(kv_cache.device)
-    if check_slots and slots.numel() and (slots.min() < 0 or slots.max() >= num_blocks * block_size):
+    if slots.numel() and (slots.min() < 0 or slots.max() >= num_blocks * block_size):
         raise ValueError(f"slots must be in [0, {num_blocks * block_size}), got range "
                          f"[{int(slots.min())}, {int(slots.max())}]")
     block, token = slots // block_size, slots % block_size

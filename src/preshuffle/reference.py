@@ -16,6 +16,7 @@ import math
 import torch
 
 from .cache import read_slots
+from .layout import offset_map
 from .contract import check_inputs, kv_lengths
 
 
@@ -71,18 +72,23 @@ def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables,
 
 def fp8_paged_mqa_logits_torch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
     """The vectorised PyTorch baseline of the performance spec, in fp32 on the inputs' device: gather every
-    page, dequantise, batched matmul, relu, weighted sum. Memory grows as ``B * max_len * (D + H)``."""
+    sequence's whole pages, dequantise, batched matmul, relu, weighted sum. Memory grows as
+    ``B * max_len * (D + H)``."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, check_values=False)
     lens = kv_lengths(context_lens, p.next_n)                                          # [B, next_n]
     n = min(p.max_blocks * p.block_size, max_model_len)
-    positions = torch.arange(n, device=q.device)
-    slots = block_tables.to(torch.int64)[:, positions // p.block_size] * p.block_size + positions % p.block_size
-    values, scales = read_slots(kv_cache, slots.clamp(0, p.num_blocks * p.block_size - 1), layout=layout,
-                                fp8_dtype=q.dtype, check_slots=False)
+    value_bytes = p.block_size * p.head_dim
+    pages = kv_cache.view(p.num_blocks, -1)[block_tables.long().clamp(0, p.num_blocks - 1)]  # [B, blocks, bytes]
+    values = pages[..., :value_bytes]
+    if layout == "shuffle":  # back to natural order inside each block
+        values = values[..., offset_map(p.block_size, p.head_dim, "shuffle").to(q.device).reshape(-1)]
+    values = values.reshape(p.batch, -1, p.head_dim)[:, :n].view(q.dtype)
+    scales = pages[..., value_bytes:].contiguous().view(torch.float32).reshape(p.batch, -1)[:, :n]
     k = values.float() * scales.unsqueeze(-1)                                           # [B, n, D]
     scores = torch.relu(torch.bmm(q.float().reshape(p.batch, -1, p.head_dim), k.transpose(1, 2)))  # [B, j*H, n]
     scores = scores.view(p.batch, p.next_n, p.heads, n)
     row = (scores * weights.view(p.batch, p.next_n, p.heads, 1)).sum(dim=2)             # [B, next_n, n]
+    positions = torch.arange(n, device=q.device)
     row = torch.where(positions < lens.unsqueeze(-1), row, -math.inf)
     out = torch.full((p.batch * p.next_n, max_model_len), -math.inf, dtype=torch.float32, device=q.device)
     out[:, :n] = row.reshape(p.batch * p.next_n, n)
