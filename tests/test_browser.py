@@ -77,7 +77,7 @@ def lab(tmp_path_factory):
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start: {(work / 'lab.log').read_text()[-2000:]}")
+                    raise RuntimeError(f"JupyterLab did not start: {(work / 'lab.log').read_text()[-2000:]}") from None
                 time.sleep(0.5)
         yield {"base": base, "token": token}
     finally:

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from preshuffle import device
 from preshuffle.kernels import LaunchConfig, fp8_paged_mqa_logits
-from preshuffle.problem import kernel_args, random_problem
+from preshuffle.problem import ARG_NAMES, kernel_args, random_problem
 from preshuffle.reference import compare_logits, fp8_paged_mqa_logits_ref, logits_magnitude
 
 DEV = "cpu" if device.INTERPRETED else "cuda"
@@ -78,8 +78,7 @@ def test_zero_context_row_is_all_neg_inf_and_the_tail_too():
 
 
 def bad(problem, **changes):
-    args = dict(zip(("q", "kv_cache", "weights", "context_lens", "block_tables", "max_model_len"),
-                    kernel_args(problem)))
+    args = dict(zip(ARG_NAMES, kernel_args(problem)))
     layout = changes.pop("layout", problem["layout"])
     args.update(changes)
     return lambda: fp8_paged_mqa_logits(**args, layout=layout)

@@ -1,5 +1,4 @@
 import pytest
-import torch
 
 from preshuffle import access, decode_model
 from preshuffle.kernel_steps import one_block_logits, per_block_grid_logits
