@@ -9,7 +9,7 @@ from preshuffle.kernels import LaunchConfig, fp8_paged_mqa_logits
 from preshuffle.problem import ARG_NAMES, kernel_args, random_problem
 from preshuffle.reference import compare_logits, fp8_paged_mqa_logits_ref, logits_magnitude
 
-DEV = "cpu" if device.INTERPRETED else "cuda"
+DEV = device.KERNEL_DEVICE
 RTOL = 1e-5
 
 

@@ -69,7 +69,7 @@ def build_inputs(shape: Shape, block_size: int, layout: str = "normal", *, heads
 
     The cache bytes are written directly (random fp8 values are valid in either layout), which keeps building
     a 4 GB cache cheap; the correctness of the writer itself is tested in tests/test_cache.py."""
-    dev = torch.device(device_name or ("cpu" if device.INTERPRETED else "cuda"))
+    dev = torch.device(device_name or device.KERNEL_DEVICE)
     g = torch.Generator(device="cpu").manual_seed(seed)
     lo, hi = int(0.7 * shape.avg_ctx), int(1.3 * shape.avg_ctx)
     ctx = torch.randint(lo, hi + 1, (shape.batch,), generator=g, dtype=torch.int64)

@@ -13,6 +13,8 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+# Where tensors must live for the kernels of this process.
+KERNEL_DEVICE = "cpu" if INTERPRETED else "cuda"
 
 
 def kernel_device_error(tensor: torch.Tensor, name: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from . import device as kernel_device
 from .cache import allocate_k_cache, write_k_cache
 
 ARG_NAMES = ("q", "kv_cache", "weights", "context_lens", "block_tables", "max_model_len")
@@ -22,7 +23,8 @@ def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: 
     ``spare_columns`` padding entries (id 0) at the end of each table row.
 
     With ``ctx_2d`` each row j of a sequence gets its own length, ``context_lens[b] - (next_n - 1 - j)`` (never
-    below 0), as a speculative-decoding caller would pass."""
+    below 0), as a speculative-decoding caller would pass. The tensors go to ``device``, by default the one this
+    process's kernels run on (the CPU under the interpreter, else the GPU)."""
     g = torch.Generator().manual_seed(seed)
     lens = [int(n) for n in context_lens]
     batch = len(lens)
@@ -49,6 +51,6 @@ def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: 
     longest = max(lens, default=0)
     problem = {"q": q, "kv_cache": kv_cache, "weights": weights, "context_lens": ctx, "block_tables": block_tables,
                "max_model_len": max_model_len or longest + 3, "layout": layout, "sum_ctx": sum(lens)}
-    if device is not None:
-        problem.update({k: v.to(device) for k, v in problem.items() if isinstance(v, torch.Tensor)})
+    target = device or kernel_device.KERNEL_DEVICE
+    problem.update({k: v.to(target) for k, v in problem.items() if isinstance(v, torch.Tensor)})
     return problem
