@@ -27,6 +27,13 @@ def rule_rows(record: dict, kind: str = "kernel") -> dict:
     return rows
 
 
+def _ratio(us: dict, slow: str, *fast: str) -> float | None:
+    """us[slow] over the fastest of ``fast``; None when a run did not time them (a subset of variants)."""
+    if slow not in us or not any(f in us for f in fast):
+        return None
+    return us[slow] / min(us[f] for f in fast if f in us)
+
+
 def summary(record: dict) -> list[dict]:
     """One row per shape: our best variant against DeepGEMM's recorded share, the variants against each other,
     the PyTorch baseline and the fp8-MMA kernel."""
@@ -49,16 +56,20 @@ def summary(record: dict) -> list[dict]:
             "torch_us_recorded": recorded[4] if recorded else None,
             "over_torch_recorded": recorded[4] / row["us"] if recorded and recorded[4] else None,
             "us_by_variant": us,
-            "block16_over_block1": us["block1"] / min(us["block16-normal"], us["block16-shuffle"]),
-            "block64_over_block1": us["block1"] / min(us["block64-normal"], us["block64-shuffle"]),
-            "natural_over_shuffled_16": us["block16-shuffle"] / us["block16-normal"],
-            "natural_over_shuffled_64": us["block64-shuffle"] / us["block64-normal"],
+            "block16_over_block1": _ratio(us, "block1", "block16-normal", "block16-shuffle"),
+            "block64_over_block1": _ratio(us, "block1", "block64-normal", "block64-shuffle"),
+            "natural_over_shuffled_16": _ratio(us, "block16-shuffle", "block16-normal"),
+            "natural_over_shuffled_64": _ratio(us, "block64-shuffle", "block64-normal"),
             "torch_us": torch_row["us"] if torch_row else None,
-            "over_torch": torch_row["us"] / us["block64-normal"] if torch_row else None,
+            "over_torch": _ratio({**us, "torch": torch_row["us"]}, "torch", "block64-normal") if torch_row else None,
             "fp8_mma_pct": fp8["pct_copy"] if fp8 else None,
             "fp8_mma_error": fp8["max_rel_error"] if fp8 else None,
         })
     return out
+
+
+def _cell(value, width: int, fmt: str = ".1f", suffix: str = "") -> str:
+    return f"{value:{width - len(suffix)}{fmt}}{suffix}" if value is not None else f"{'-':>{width}s}"
 
 
 def format_summary(rows: list[dict]) -> str:
@@ -66,11 +77,12 @@ def format_summary(rows: list[dict]) -> str:
               f"{'b64/b1':>7s} {'nat/shuf16':>10s} {'nat/shuf64':>10s} {'vs torch':>8s} {'fp8-MMA%':>8s}")
     lines = [header, "-" * len(header)]
     for r in rows:
-        torch_speedup = f"{r['over_torch']:7.0f}x" if r["over_torch"] else f"{'-':>8s}"
-        lines.append(f"{r['shape'].label:28s} {r['best']:15s} {r['us']:8.1f} {r['pct_copy']:6.1f} "
-                     f"{r['deepgemm_pct'] if r['deepgemm_pct'] else '-':>9} {r['block16_over_block1']:6.2f}x "
-                     f"{r['block64_over_block1']:6.2f}x {r['natural_over_shuffled_16']:9.2f}x "
-                     f"{r['natural_over_shuffled_64']:9.2f}x {torch_speedup} {r['fp8_mma_pct'] or 0:8.1f}")
+        lines.append(" ".join([
+            f"{r['shape'].label:28s} {r['best']:15s} {r['us']:8.1f} {r['pct_copy']:6.1f}",
+            _cell(r["deepgemm_pct"], 9, "d"), _cell(r["block16_over_block1"], 7, ".2f", "x"),
+            _cell(r["block64_over_block1"], 7, ".2f", "x"), _cell(r["natural_over_shuffled_16"], 10, ".2f", "x"),
+            _cell(r["natural_over_shuffled_64"], 10, ".2f", "x"), _cell(r["over_torch"], 8, ".0f", "x"),
+            _cell(r["fp8_mma_pct"], 8)]))
     return "\n".join(lines)
 
 
@@ -87,9 +99,7 @@ def format_recorded(rows: list[dict]) -> str:
               f"{'torch us (spec)':>15s}")
     lines = [header, "-" * len(header)]
     for r in rows:
-        def cell(value, width):
-            return f"{value:{width}.1f}" if value else f"{'-':>{width}s}"
-        lines.append(f"{r['shape'].label:28s} {r['us']:8.1f} {cell(r['deepgemm_us'], 11)} "
-                     f"{cell(r['naive_triton_us_recorded'], 15)} {cell(r['torch_us'], 15)} "
-                     f"{cell(r['torch_us_recorded'], 15)}")
+        lines.append(" ".join([f"{r['shape'].label:28s} {r['us']:8.1f}", _cell(r["deepgemm_us"], 11),
+                               _cell(r["naive_triton_us_recorded"], 15), _cell(r["torch_us"], 15),
+                               _cell(r["torch_us_recorded"], 15)]))
     return "\n".join(lines)
