@@ -130,6 +130,12 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
     return values, scales
 
 
+def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) -> torch.Tensor:
+    """int64 slots of positions ``0 .. num_tokens-1`` of one sequence: ``table[p // B] * B + p % B``."""
+    positions = torch.arange(num_tokens, device=block_table.device)
+    return block_table.to(torch.int64)[positions // block_size] * block_size + positions % block_size
+
+
 def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, *, layout: str = "normal",
                    fp8_dtype: torch.dtype = torch.float8_e4m3fn):
     """Positions ``0 .. num_tokens-1`` of one sequence, read through its block table ``[max_blocks]``:
@@ -142,6 +148,5 @@ def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens
     if not 0 <= num_tokens <= block_table.numel() * block_size:
         raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
                          f"{block_table.numel()} blocks of {block_size}")
-    positions = torch.arange(num_tokens, device=block_table.device)
-    slots = block_table.to(torch.int64)[positions // block_size] * block_size + positions % block_size
-    return read_slots(kv_cache, slots, layout=layout, fp8_dtype=fp8_dtype)
+    return read_slots(kv_cache, sequence_slots(block_table, num_tokens, block_size), layout=layout,
+                      fp8_dtype=fp8_dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from . import device as kernel_device
-from .cache import allocate_k_cache, write_k_cache
+from .cache import allocate_k_cache, sequence_slots, write_k_cache
 
 ARG_NAMES = ("q", "kv_cache", "weights", "context_lens", "block_tables", "max_model_len")
 
@@ -39,9 +39,8 @@ def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: 
         block_tables[b, :blocks[b]] = perm[used:used + blocks[b]]
         used += blocks[b]
         k = torch.randn(n, head_dim, generator=g) * torch.rand(n, 1, generator=g) * 4
-        positions = torch.arange(n)
-        slots = block_tables[b, positions // block_size].to(torch.int64) * block_size + positions % block_size
-        write_k_cache(kv_cache, k, slots, layout=layout, scale_fmt=scale_fmt)
+        write_k_cache(kv_cache, k, sequence_slots(block_tables[b], n, block_size), layout=layout,
+                      scale_fmt=scale_fmt)
     q = (torch.randn(batch, next_n, heads, head_dim, generator=g) * 2).to(torch.float8_e4m3fn)
     weights = torch.randn(batch * next_n, heads, generator=g)
     ctx = torch.tensor(lens, dtype=torch.int32)

@@ -15,14 +15,9 @@ import math
 
 import torch
 
-from .cache import read_slots
+from .cache import gather_k_cache, read_slots
 from .layout import offset_map
 from .contract import check_inputs, kv_lengths
-
-
-def _sequence_slots(block_tables: torch.Tensor, b: int, n: int, block_size: int) -> torch.Tensor:
-    positions = torch.arange(n, device=block_tables.device)
-    return block_tables[b].to(torch.int64)[positions // block_size] * block_size + positions % block_size
 
 
 def fp8_paged_mqa_logits_ref(q, kv_cache, weights, context_lens, block_tables, max_model_len, *,
@@ -38,8 +33,7 @@ def fp8_paged_mqa_logits_ref(q, kv_cache, weights, context_lens, block_tables, m
         n = int(lens[b].max())
         if n == 0:
             continue
-        values, scales = read_slots(kv_cache, _sequence_slots(block_tables, b, n, p.block_size), layout=layout,
-                                    fp8_dtype=fp8)
+        values, scales = gather_k_cache(kv_cache, block_tables[b], n, layout=layout, fp8_dtype=fp8)
         k = values.to(dtype) * scales.to(dtype).unsqueeze(1)                       # [n, D]
         scores = torch.relu(torch.einsum("jhd,pd->jhp", q[b].to(dtype), k))         # [next_n, H, n]
         w = weights[b * p.next_n:(b + 1) * p.next_n].to(dtype)                      # [next_n, H]
