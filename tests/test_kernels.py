@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from preshuffle import device
 from preshuffle.kernels import LaunchConfig, fp8_paged_mqa_logits
 from preshuffle.problem import ARG_NAMES, kernel_args, random_problem
-from preshuffle.reference import compare_logits, fp8_paged_mqa_logits_ref, logits_magnitude
+from preshuffle.reference import check_logits
 
 DEV = device.KERNEL_DEVICE
 RTOL = 1e-5
@@ -17,8 +17,7 @@ def check_against_reference(problem, **kwargs):
     args, layout = kernel_args(problem), problem["layout"]
     out = torch.full((args[0].shape[0] * args[0].shape[1], args[5]), float("nan"), device=DEV)
     fp8_paged_mqa_logits(*args, layout=layout, out=out, **kwargs)  # NaN poison: every element must be written
-    verdict = compare_logits(out, fp8_paged_mqa_logits_ref(*args, layout=layout),
-                             logits_magnitude(*args, layout=layout))
+    verdict = check_logits(out, *args, layout=layout)
     assert verdict["same_inf_pattern"], verdict
     assert verdict["max_rel_error"] <= RTOL, verdict
     return out

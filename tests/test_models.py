@@ -3,7 +3,7 @@ import pytest
 from preshuffle import access, decode_model
 from preshuffle.kernel_steps import one_block_logits, per_block_grid_logits
 from preshuffle.problem import kernel_args, random_problem
-from preshuffle.reference import compare_logits, fp8_paged_mqa_logits_ref, logits_magnitude
+from preshuffle.reference import check_logits, compare_logits, fp8_paged_mqa_logits_ref, logits_magnitude
 
 from .test_kernels import DEV
 
@@ -35,11 +35,11 @@ def test_chunk_accesses():
 def test_kernel_steps_match_the_reference():
     problem = random_problem([40, 17, 0], block_size=16, seed=7, device=DEV)
     args = kernel_args(problem)
-    ref, magnitude = fp8_paged_mqa_logits_ref(*args), logits_magnitude(*args)
-    verdict = compare_logits(per_block_grid_logits(*args), ref, magnitude)
+    verdict = check_logits(per_block_grid_logits(*args), *args)
     assert verdict["same_inf_pattern"] and verdict["max_rel_error"] < 1e-5
     q, kv, w, _, bt, _ = args
     block = one_block_logits(q[0, 0], kv[bt[0, 0]], w[0])
+    ref, magnitude = fp8_paged_mqa_logits_ref(*args), logits_magnitude(*args)
     assert compare_logits(block, ref[0, :16], magnitude[0, :16])["max_rel_error"] < 1e-5
     with pytest.raises(ValueError, match="step 2 handles next_n = 1"):
         per_block_grid_logits(*kernel_args(random_problem([5], next_n=2, block_size=16, device=DEV)))

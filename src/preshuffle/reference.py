@@ -20,27 +20,33 @@ from .layout import offset_map
 from .contract import check_inputs, kv_lengths
 
 
+def _reference(q, kv_cache, weight_sets, context_lens, block_tables, max_model_len, layout, dtype):
+    """One pass of the reference over the keys, one output per weight tensor in ``weight_sets``."""
+    p = check_inputs(q, kv_cache, weight_sets[0], context_lens, block_tables, max_model_len, layout)
+    lens = kv_lengths(context_lens, p.next_n).cpu()  # [B, next_n]
+    outs = [torch.full((p.batch * p.next_n, max_model_len), -math.inf, dtype=dtype, device=q.device)
+            for _ in weight_sets]
+    for b in range(p.batch):
+        n = int(lens[b].max())
+        if n == 0:
+            continue
+        values, scales = gather_k_cache(kv_cache, block_tables[b], n, layout=layout, fp8_dtype=q.dtype)
+        k = values.to(dtype) * scales.to(dtype).unsqueeze(1)                       # [n, D]
+        scores = torch.relu(torch.einsum("jhd,pd->jhp", q[b].to(dtype), k))         # [next_n, H, n]
+        visible = torch.arange(n, device=q.device) < lens[b].to(q.device).unsqueeze(1)
+        rows = slice(b * p.next_n, (b + 1) * p.next_n)
+        for out, weights in zip(outs, weight_sets):
+            row = torch.einsum("jh,jhp->jp", weights[rows].to(dtype), scores)     # [next_n, n]
+            out[rows, :n] = torch.where(visible, row, -math.inf)
+    return outs
+
+
 def fp8_paged_mqa_logits_ref(q, kv_cache, weights, context_lens, block_tables, max_model_len, *,
                              layout="normal", dtype=torch.float64):
     """The spec's semantics in plain PyTorch, one sequence at a time, computed in ``dtype``.
 
     Returns fp32 ``[B * next_n, max_model_len]`` when ``dtype`` is float32, else ``dtype``."""
-    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
-    fp8 = q.dtype
-    lens = kv_lengths(context_lens, p.next_n).cpu()  # [B, next_n]
-    out = torch.full((p.batch * p.next_n, max_model_len), -math.inf, dtype=dtype, device=q.device)
-    for b in range(p.batch):
-        n = int(lens[b].max())
-        if n == 0:
-            continue
-        values, scales = gather_k_cache(kv_cache, block_tables[b], n, layout=layout, fp8_dtype=fp8)
-        k = values.to(dtype) * scales.to(dtype).unsqueeze(1)                       # [n, D]
-        scores = torch.relu(torch.einsum("jhd,pd->jhp", q[b].to(dtype), k))         # [next_n, H, n]
-        w = weights[b * p.next_n:(b + 1) * p.next_n].to(dtype)                      # [next_n, H]
-        row = torch.einsum("jh,jhp->jp", w, scores)                                 # [next_n, n]
-        visible = torch.arange(n, device=q.device) < lens[b].to(q.device).unsqueeze(1)
-        out[b * p.next_n:(b + 1) * p.next_n, :n] = torch.where(visible, row, -math.inf)
-    return out
+    return _reference(q, kv_cache, [weights], context_lens, block_tables, max_model_len, layout, dtype)[0]
 
 
 def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
@@ -93,6 +99,14 @@ def logits_magnitude(q, kv_cache, weights, context_lens, block_tables, max_model
     """Each logit's sum of absolute terms, ``sum_h |w| relu(...)``: the natural scale of its rounding error."""
     return fp8_paged_mqa_logits_ref(q, kv_cache, weights.abs(), context_lens, block_tables, max_model_len,
                                     layout=layout)
+
+
+def check_logits(out, q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal") -> dict:
+    """:func:`compare_logits` of ``out`` against the float64 reference of these inputs, the reference and the
+    magnitudes computed in one pass over the keys."""
+    ref, magnitude = _reference(q, kv_cache, [weights, weights.abs()], context_lens, block_tables, max_model_len,
+                                layout, torch.float64)
+    return compare_logits(out, ref, magnitude)
 
 
 def compare_logits(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor) -> dict:
