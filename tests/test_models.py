@@ -29,7 +29,7 @@ def test_chunk_accesses():
     sixteen = access.chunk_accesses(16, "shuffle")
     assert (sixteen["table_reads"], sixteen["key_run_bytes"], sixteen["widest_aligned_load"]) == (4, 2048, 16)
     assert sixteen["lines_per_16x16_tile"] == 2 and access.chunk_accesses(16)["lines_per_16x16_tile"] == 16
-    assert "block 64, shuffled" in access.format_accesses()
+    assert "block64-shuffle" in access.format_accesses()
 
 
 def test_kernel_steps_match_the_reference():

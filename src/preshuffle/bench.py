@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from . import device
+from .access import VARIANTS
 from .cache import SCALE_BYTES, allocate_k_cache
 from .kernels import LaunchConfig, fp8_paged_mqa_logits
 from .problem import kernel_args
@@ -52,14 +53,6 @@ DEEPGEMM_H200 = {
 }
 ANCHOR_SHAPES = tuple(DEEPGEMM_H200)
 
-# name -> (kernel block size, layout)
-VARIANTS = {
-    "block1": (1, "normal"),
-    "block16-normal": (16, "normal"),
-    "block16-shuffle": (16, "shuffle"),
-    "block64-normal": (64, "normal"),
-    "block64-shuffle": (64, "shuffle"),
-}
 
 
 def build_inputs(shape: Shape, block_size: int, layout: str = "normal", *, heads: int = HEADS, seed: int = 0,
