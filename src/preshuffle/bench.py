@@ -20,7 +20,7 @@ from . import device
 from .access import VARIANTS
 from .cache import SCALE_BYTES, allocate_k_cache
 from .kernels import LaunchConfig, fp8_paged_mqa_logits
-from .problem import kernel_args
+from .problem import kernel_args, scattered_block_tables
 from .reference import check_logits, fp8_paged_mqa_logits_torch
 
 HEADS = 64
@@ -70,12 +70,7 @@ def build_inputs(shape: Shape, block_size: int, layout: str = "normal", *, heads
     blocks_per_seq = (ctx + block_size - 1) // block_size
     num_blocks = int(blocks_per_seq.sum())
     max_blocks = int(blocks_per_seq.max())
-    perm = torch.randperm(num_blocks, generator=g).to(torch.int32)
-    block_tables = torch.zeros(shape.batch, max_blocks, dtype=torch.int32)
-    starts = torch.cumsum(blocks_per_seq, 0) - blocks_per_seq
-    for b in range(shape.batch):
-        n = int(blocks_per_seq[b])
-        block_tables[b, :n] = perm[int(starts[b]):int(starts[b]) + n]
+    block_tables = scattered_block_tables(blocks_per_seq.tolist(), num_blocks, max_blocks, g)
 
     gd = torch.Generator(device=dev).manual_seed(seed + 1)
     kv_cache = allocate_k_cache(num_blocks, block_size, HEAD_DIM, device=dev)

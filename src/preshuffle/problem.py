@@ -15,6 +15,18 @@ def kernel_args(problem: dict) -> tuple:
     return tuple(problem[k] for k in ARG_NAMES)
 
 
+def scattered_block_tables(blocks_per_seq, num_blocks: int, width: int, generator: torch.Generator) -> torch.Tensor:
+    """int32 ``[B, width]``: sequence b's ``blocks_per_seq[b]`` kernel blocks dealt in order from one random
+    permutation of all ``num_blocks`` blocks, so pages are scattered and never shared; the rest of a row is 0."""
+    perm = torch.randperm(num_blocks, generator=generator).to(torch.int32)
+    tables = torch.zeros(len(blocks_per_seq), width, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(int(n) for n in blocks_per_seq):
+        tables[b, :n] = perm[used:used + n]
+        used += n
+    return tables
+
+
 def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: int = 128, block_size: int = 16,
                    layout: str = "normal", ctx_2d: bool = False, extra_blocks: int = 2, spare_columns: int = 1,
                    max_model_len: int | None = None, seed: int = 0, device=None, scale_fmt: str | None = None) -> dict:
@@ -31,13 +43,9 @@ def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: 
     blocks = [-(-n // block_size) for n in lens]
     max_blocks = max(blocks, default=0) + spare_columns
     num_blocks = sum(blocks) + extra_blocks
-    perm = torch.randperm(num_blocks, generator=g).to(torch.int32)
-    block_tables = torch.zeros(batch, max(max_blocks, 1), dtype=torch.int32)
+    block_tables = scattered_block_tables(blocks, num_blocks, max(max_blocks, 1), g)
     kv_cache = allocate_k_cache(num_blocks, block_size, head_dim)
-    used = 0
     for b, n in enumerate(lens):
-        block_tables[b, :blocks[b]] = perm[used:used + blocks[b]]
-        used += blocks[b]
         k = torch.randn(n, head_dim, generator=g) * torch.rand(n, 1, generator=g) * 4
         write_k_cache(kv_cache, k, sequence_slots(block_tables[b], n, block_size), layout=layout,
                       scale_fmt=scale_fmt)
