@@ -12,6 +12,7 @@ import torch
 from tqdm import tqdm
 
 from preshuffle import bench
+from preshuffle.access import VARIANTS
 from preshuffle.tuning import config_for
 
 
@@ -26,16 +27,13 @@ def main():
     record = {"provenance": bench.provenance(), "copy_bytes_per_s": bench.copy_bandwidth(), "rows": []}
     jobs = [(bench.ANCHOR_SHAPES[i], v) for i in args.shapes for v in args.variants]
     for shape, variant in tqdm(jobs):
-        inputs = bench.build_inputs(shape, *bench.VARIANTS[variant])
+        inputs = bench.build_inputs(shape, *VARIANTS[variant])
         for fields in args.configs:
             fields = json.loads(fields)
-            checked = None  # other splits of one config must reproduce its checked output bit for bit
-            for pps in args.programs_per_sm:
-                config = config_for(shape.batch, inputs["max_model_len"], programs_per_sm=pps, **fields)
-                fn = bench.kernel_fn(inputs, config)
-                row = bench.measure(fn, inputs, copy_bytes_per_s=record["copy_bytes_per_s"], checked=checked)
-                if checked is None:
-                    checked = (fn(), {k: row[k] for k in ("same_inf_pattern", "max_rel_error", "finite", "meets_rtol")})
+            configs = [config_for(shape.batch, inputs["max_model_len"], programs_per_sm=pps, **fields)
+                       for pps in args.programs_per_sm]
+            rows = bench.measure_splits(inputs, configs, copy_bytes_per_s=record["copy_bytes_per_s"])
+            for pps, row in zip(args.programs_per_sm, rows):
                 record["rows"].append({"shape": shape.label, "variant": variant, "pps": pps, "config": fields, **row})
                 print(f"{shape.label:28s} {variant:15s} {json.dumps(fields):70s} pps {pps:2d} "
                       f"{row.get('us', float('nan')):9.1f} us {row.get('pct_copy', 0):5.1f}%", flush=True)
