@@ -11,8 +11,9 @@ def _negotiate(args) -> int:
 
     if args.sweep:
         sizes = args.block_size or list(negotiation.DEFAULT_SWEEP)
-        print(negotiation.format_sweep(negotiation.sweep(sizes, args.platform)))
-        rejected = negotiation.rejected_after_pr(sizes, args.platform)
+        rows = negotiation.sweep(sizes, args.platform)
+        print(negotiation.format_sweep(rows))
+        rejected = negotiation.rejected_rows(rows)
         if rejected:
             print(f"\nNegotiate after PR #51216 but AITER would reject: {rejected}")
         return 0

@@ -350,10 +350,14 @@ def sweep(manager_block_sizes: Sequence[int] = DEFAULT_SWEEP, platform: str = "r
     return rows
 
 
+def rejected_rows(rows: list[dict]) -> list[int]:
+    """The manager sizes of sweep rows that negotiate after the PR but that AITER's kernel would assert on."""
+    return [r["manager_block_size"] for r in rows if r["after_kernel_block_size"] is not None and not r["after_accepted"]]
+
+
 def rejected_after_pr(manager_block_sizes: Sequence[int] = DEFAULT_SWEEP, platform: str = "rocm") -> list[int]:
     """Manager sizes that negotiate after the PR but whose kernel size AITER's kernel would assert on."""
-    return [r["manager_block_size"] for r in sweep(manager_block_sizes, platform)
-            if r["after_kernel_block_size"] is not None and not r["after_accepted"]]
+    return rejected_rows(sweep(manager_block_sizes, platform))
 
 
 def format_negotiation(n: Negotiation) -> str:
