@@ -17,12 +17,11 @@ filled with -inf without touching the cache, so the output is fully defined up t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from . import device  # noqa: F401  (sets TRITON_INTERPRET before the kernel below is decorated)
-from .contract import check_inputs
+from .. import device  # first: sets TRITON_INTERPRET before the kernel below is decorated
+from ..contract import check_inputs
+from .launch import LaunchConfig, default_config
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -194,41 +193,6 @@ def _paged_mqa_logits_kernel(
     for tail in range(start + n_read * CHUNK, end, CHUNK):
         pos = tail + tok
         tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
-
-
-DOT_MODES = ("fp8", "fp8-acc32", "fp16")
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """How one call is cut into programs: ``chunk`` positions per ``tl.dot``, ``tokens_per_program``
-    positions per program (a multiple of ``chunk``), and Triton's ``num_warps``/``num_stages``."""
-
-    chunk: int = 64
-    tokens_per_program: int | None = None
-    num_warps: int = 4
-    num_stages: int = 2
-    dot: str = "fp16"
-
-    def __post_init__(self):
-        if self.chunk < 16 or self.chunk & (self.chunk - 1):
-            raise ValueError(f"chunk must be a power of two >= 16, got {self.chunk}")
-        if self.dot not in DOT_MODES:
-            raise ValueError(f"dot must be one of {DOT_MODES}, got {self.dot!r}")
-        if self.tokens_per_program is not None and (self.tokens_per_program <= 0
-                                                    or self.tokens_per_program % self.chunk):
-            raise ValueError(f"tokens_per_program must be a positive multiple of chunk {self.chunk}, "
-                             f"got {self.tokens_per_program}")
-
-
-def default_config(batch: int, max_model_len: int) -> LaunchConfig:
-    """Under the interpreter every program costs Python overhead, so one program per sequence; compiled, split
-    each row so that the grid has a few programs per SM."""
-    if device.INTERPRETED:
-        chunk = 64
-        return LaunchConfig(chunk, triton.cdiv(max_model_len, chunk) * chunk)
-    from .tuning import config_for
-    return config_for(batch, max_model_len)
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",

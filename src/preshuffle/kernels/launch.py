@@ -1,0 +1,69 @@
+"""How a call of the portable kernel is cut into programs: :class:`LaunchConfig`, and the rule measured on the
+H200 that picks one for a shape.
+
+benchmarks/tune.py compared chunks of 64/128 positions, 4/8 warps and 1-6 pipeline stages on the anchor shapes
+(benchmarks/NOTES.md has the numbers): 64 positions, 4 warps, 5 stages was fastest on every shape (4 stages
+lose 7-20%, chunks of 128 lose 15-45%). What depends on the shape is how finely each sequence's row is split
+into programs: batches of 64 or fewer were fastest near 4 programs per SM, batches of 128-256 at 16, and 4096
+is flat (one program per sequence is already 31 per SM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from .. import device
+
+DOT_MODES = ("fp8", "fp8-acc32", "fp16")
+CHUNK, NUM_WARPS, NUM_STAGES = 64, 4, 5
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How one call is cut into programs: ``chunk`` positions per ``tl.dot``, ``tokens_per_program``
+    positions per program (a multiple of ``chunk``), and Triton's ``num_warps``/``num_stages``."""
+
+    chunk: int = 64
+    tokens_per_program: int | None = None
+    num_warps: int = 4
+    num_stages: int = 2
+    dot: str = "fp16"
+
+    def __post_init__(self):
+        if self.chunk < 16 or self.chunk & (self.chunk - 1):
+            raise ValueError(f"chunk must be a power of two >= 16, got {self.chunk}")
+        if self.dot not in DOT_MODES:
+            raise ValueError(f"dot must be one of {DOT_MODES}, got {self.dot!r}")
+        if self.tokens_per_program is not None and (self.tokens_per_program <= 0
+                                                    or self.tokens_per_program % self.chunk):
+            raise ValueError(f"tokens_per_program must be a positive multiple of chunk {self.chunk}, "
+                             f"got {self.tokens_per_program}")
+
+
+def default_programs_per_sm(batch: int) -> int:
+    return 4 if batch < 128 else 16
+
+
+def multiprocessor_count() -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def config_for(batch: int, max_model_len: int, *, programs_per_sm: int | None = None, chunk: int = CHUNK,
+               num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
+    """Split each row so that ``batch * splits`` is about ``programs_per_sm`` programs per SM, never cutting
+    below one chunk per program: small batches with long contexts get split along the context."""
+    programs_per_sm = programs_per_sm or default_programs_per_sm(batch)
+    chunks = triton.cdiv(max_model_len, chunk)
+    splits = max(1, min(chunks, triton.cdiv(programs_per_sm * multiprocessor_count(), batch)))
+    return LaunchConfig(chunk, triton.cdiv(chunks, splits) * chunk, num_warps, num_stages, **fields)
+
+
+def default_config(batch: int, max_model_len: int) -> LaunchConfig:
+    """Under the interpreter every program costs Python overhead, so one program per sequence; compiled, split
+    each row so that the grid has a few programs per SM."""
+    if device.INTERPRETED:
+        return LaunchConfig(CHUNK, triton.cdiv(max_model_len, CHUNK) * CHUNK)
+    return config_for(batch, max_model_len)
