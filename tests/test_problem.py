@@ -46,3 +46,8 @@ def test_paged_mqa_problem_replace_and_to_keep_the_rest():
     assert p.q.device.type == "cpu"                                  # frozen: the original is untouched
     with pytest.raises(AttributeError):
         p.layout = "shuffle"
+
+
+def test_paged_mqa_problem_equals_only_itself():
+    p = random_problem([5], heads=16, seed=0)
+    assert p == p and p != p.replace(max_model_len=p.max_model_len) and len({p, p}) == 1

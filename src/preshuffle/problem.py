@@ -15,7 +15,7 @@ from .cache import SCALE_BYTES
 from .contract import kv_lengths
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # tensors do not compare to one bool: a problem equals only itself
 class PagedMQAProblem:
     q: torch.Tensor
     kv_cache: torch.Tensor
