@@ -213,9 +213,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     if p.head_dim & (p.head_dim - 1):
         raise ValueError(f"the Triton kernel needs a power-of-two head_dim, got {p.head_dim}")
     for name, tensor in (("q", q), ("kv_cache", kv_cache)):
-        problem = device.kernel_device_error(tensor, name)
-        if problem:
-            raise ValueError(problem)
+        error = device.kernel_device_error(tensor, name)
+        if error:
+            raise ValueError(error)
     config = config or default_config(p.batch, max_model_len)
     tokens_per_program = config.tokens_per_program or triton.cdiv(max_model_len, config.chunk) * config.chunk
     block_tables = block_tables.contiguous()
