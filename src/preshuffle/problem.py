@@ -37,29 +37,13 @@ class PagedMQAProblem:
         """``fn(*self.args, layout=self.layout, **kwargs)``."""
         return fn(*self.args, layout=self.layout, **kwargs)
 
-    @property
-    def batch(self) -> int:
-        return self.q.shape[0]
-
-    @property
-    def next_n(self) -> int:
-        return self.q.shape[1]
-
-    @property
-    def heads(self) -> int:
-        return self.q.shape[2]
-
-    @property
-    def head_dim(self) -> int:
-        return self.q.shape[3]
-
-    @property
-    def block_size(self) -> int:
-        return self.kv_cache.shape[1]
-
-    @property
-    def num_blocks(self) -> int:
-        return self.kv_cache.shape[0]
+    # Dimensions, read off the tensors.
+    batch = property(lambda self: self.q.shape[0])
+    next_n = property(lambda self: self.q.shape[1])
+    heads = property(lambda self: self.q.shape[2])
+    head_dim = property(lambda self: self.q.shape[3])
+    num_blocks = property(lambda self: self.kv_cache.shape[0])
+    block_size = property(lambda self: self.kv_cache.shape[1])
 
     def _tokens_read(self) -> int:
         if self.sum_ctx is not None:
