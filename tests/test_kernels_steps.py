@@ -1,10 +1,12 @@
 import pytest
+import torch
 
 from preshuffle import device
-from preshuffle.kernels.steps import one_block_logits, per_block_grid_logits
+from preshuffle.kernels import LaunchConfig
+from preshuffle.kernels.steps import chunked_logits, one_block_logits, per_block_grid_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref, logits_magnitude
 from preshuffle.testing.inputs import random_problem
-from preshuffle.testing.numeric import check_logits, compare_logits
+from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_logits, compare_logits
 
 DEV = device.KERNEL_DEVICE
 
@@ -30,3 +32,37 @@ def test_one_block_logits_matches_the_reference(problem):
     assert compare_logits(block, ref[0, :16], magnitude[0, :16])["max_rel_error"] < 1e-5
     with pytest.raises(TypeError, match="q_row must be float8_e4m3fn"):
         one_block_logits(q[0, 0].float(), kv[0], w[0])
+
+
+RUNGS = {  # chapter 3's steps 3-7: each switch of chunked_logits turned on in the ladder's order
+    "version 1": {},
+    "keys as A": {"keys_as_a": True},
+    "scale after the sum": {"keys_as_a": True, "scale_after_sum": True},
+    "version 2": {"keys_as_a": True, "scale_after_sum": True, "scales_ahead": True},
+}
+
+
+@pytest.mark.parametrize("switches", RUNGS.values(), ids=RUNGS.keys())
+@pytest.mark.parametrize("block_size, layout, next_n, ctx_2d", [(1, "normal", 3, False), (16, "shuffle", 1, False),
+                                                                (64, "shuffle", 2, True), (48, "normal", 2, False)])
+def test_chunked_logits_matches_the_reference(switches, block_size, layout, next_n, ctx_2d):
+    problem = random_problem([150, 0, 77], next_n=next_n, heads=16, block_size=block_size, layout=layout,
+                             ctx_2d=ctx_2d, seed=11, device=DEV)
+    verdict = check_logits(problem.call(chunked_logits, **switches), problem)  # unwritten elements stay NaN
+    assert verdict["same_inf_pattern"] and verdict["max_rel_error"] < RTOL, verdict
+
+
+@pytest.mark.parametrize("switches", RUNGS.values(), ids=RUNGS.keys())
+def test_chunked_logits_does_not_depend_on_the_split(switches):
+    problem = random_problem([300, 17], next_n=2, heads=16, block_size=16, seed=12, device=DEV)
+    whole = problem.call(chunked_logits, config=LaunchConfig(64, 320), **switches)
+    assert_bitwise_equal(whole, problem.call(chunked_logits, config=LaunchConfig(64, 64), **switches))
+
+
+def test_chunked_logits_rejects_what_it_cannot_run(problem):
+    with pytest.raises(TypeError, match="q must be torch.float8_e4m3fn .* got torch.float8_e4m3fnuz"):
+        problem.replace(q=problem.q.to(torch.float8_e4m3fnuz)).call(chunked_logits)
+    with pytest.raises(ValueError, match="power-of-two number of heads >= 16 .* got 8 heads"):
+        random_problem([5], heads=8, device=DEV).call(chunked_logits)
+    with pytest.raises(ValueError, match="config.dot must be 'fp16' .* got 'fp8'"):
+        problem.call(chunked_logits, config=LaunchConfig(dot="fp8"))

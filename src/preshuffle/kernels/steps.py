@@ -4,6 +4,10 @@ against the reference there; the last step is :func:`preshuffle.kernels.fp8_page
 Step 1 scores one query row against the tokens of one natural-layout block. Step 2 launches a grid of one
 program per (sequence, block), which is the spec's "naive Triton" kernel (next_n = 1, no split of the work
 beyond blocks, the output pre-filled with -inf on the host).
+
+From step 3 on the chapter follows the ladder the kernel climbed on the H200 (benchmarks/NOTES.md).
+:func:`chunked_logits` is its first rungs: a program walks a run of one sequence's row in chunks (version 1),
+then three switches turn on the ideas of version 2 one at a time. The later rungs live in the package's kernel.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import math
 
 import torch
 
-from .. import device  # noqa: F401  (sets TRITON_INTERPRET before the kernels below are decorated)
+from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
 from ..contract import check_inputs
+from .launch import LaunchConfig, default_config
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -88,3 +93,118 @@ def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_
         context_lens, block_tables.contiguous(), out, block_tables.stride(0), out.stride(0),
         H=p.heads, D=p.head_dim, BLOCK_SIZE=p.block_size)
     return out[:, :max_model_len]
+
+
+@triton.jit
+def _chunk_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
+                  CHUNK: tl.constexpr):
+    """fp32 scales of the CHUNK positions from ``first`` (0 past the context): a table read per position."""
+    pos = first + tl.arange(0, CHUNK)
+    page = tl.load(bt_ptr + b * bt_stride + pos // BLOCK_SIZE, mask=pos < kv_len, other=0).to(tl.int64)
+    words_per_block: tl.constexpr = BLOCK_SIZE * (D + 4) // 4
+    return tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + pos % BLOCK_SIZE,
+                   mask=pos < kv_len, other=0.0)
+
+
+@triton.jit
+def _chunked_kernel(
+    q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+    bt_stride, out_stride, max_model_len, tokens_per_program,
+    NEXT_N: tl.constexpr, ROWS: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
+    KEYS_AS_A: tl.constexpr, SCALE_AFTER_SUM: tl.constexpr, SCALES_AHEAD: tl.constexpr,
+):
+    b = tl.program_id(0)
+    start = tl.program_id(1) * tokens_per_program             # this program's run of the row
+    end = tl.minimum(start + tokens_per_program, max_model_len)
+
+    # The queries of all next_n rows, [ROWS*H, D] transposed, and their weights: loaded once, kept in registers.
+    # ROWS is next_n rounded up to a power of two; the padding rows hold zero queries and zero weights.
+    cols = tl.arange(0, ROWS * H)
+    dims = tl.arange(0, D)
+    q_t = tl.load(q_ptr + (b * NEXT_N * H + cols)[None, :] * D + dims[:, None], mask=(cols < NEXT_N * H)[None, :],
+                  other=0).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    w = tl.load(w_ptr + b * NEXT_N * H + cols, mask=cols < NEXT_N * H, other=0.0)
+
+    # Row j sees its first visible[j] positions; the sequence reads the longest of them.
+    js = tl.arange(0, ROWS)
+    if CTX_2D:
+        visible = tl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)
+        kv_len = tl.max(visible, axis=0)
+    else:
+        kv_len = tl.load(ctx_ptr + b)
+        visible = tl.where(js < NEXT_N, kv_len - NEXT_N + 1 + js, 0)
+    rows_out = out_ptr + (b * NEXT_N + js).to(tl.int64)[None, :] * out_stride
+
+    tok = tl.arange(0, CHUNK)
+    n_read = tl.cdiv(tl.maximum(tl.minimum(end, kv_len) - start, 0), CHUNK)
+    if SCALES_AHEAD:  # Triton pipelines only the loads that feed tl.dot; the scales are fetched a chunk early
+        s_next = _chunk_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+    for i in range(n_read):
+        first = start + i * CHUNK
+        pos = first + tok
+        page = tl.load(bt_ptr + b * bt_stride + pos // BLOCK_SIZE, mask=pos < kv_len, other=0).to(tl.int64)
+        t = pos % BLOCK_SIZE
+        if SHUFFLED:
+            key_bytes = (t // 16) * (16 * D) + (t % 16) * 16        # the token's 16-byte run in its tile
+            dim_bytes = (dims // 16) * 256 + dims % 16
+        else:
+            key_bytes = t * D
+            dim_bytes = dims
+        k = tl.load(kv_ptr + (page * (BLOCK_SIZE * (D + 4)) + key_bytes)[:, None] + dim_bytes[None, :],
+                    mask=(pos < kv_len)[:, None], other=0).to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        if SCALES_AHEAD:
+            s = s_next
+            s_next = _chunk_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+        else:
+            s = _chunk_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+        if KEYS_AS_A:  # K @ Q^T: a token per accumulator row, its heads along the row
+            scores = tl.dot(k, q_t, out_dtype=tl.float32)
+        else:          # Q @ K^T as in steps 1 and 2 (heads down the accumulator), turned so the rest is shared
+            scores = tl.trans(tl.dot(tl.trans(q_t), tl.trans(k), out_dtype=tl.float32))
+        if SCALE_AFTER_SUM:  # s > 0, so relu(s x) = s relu(x): one multiply per token, not one per head
+            logits = tl.sum(tl.reshape(tl.maximum(scores, 0.0) * w[None, :], (CHUNK, ROWS, H)), axis=2) * s[:, None]
+        else:
+            logits = tl.sum(tl.reshape(tl.maximum(scores * s[:, None], 0.0) * w[None, :], (CHUNK, ROWS, H)), axis=2)
+        logits = tl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
+        tl.store(rows_out + pos[:, None], logits, mask=(js < NEXT_N)[None, :] & (pos < end)[:, None])
+
+    # Past the context: -inf, without reading the cache.
+    for tail in range(start + n_read * CHUNK, end, CHUNK):
+        pos = tail + tok
+        tl.store(rows_out + pos[:, None], tl.full((CHUNK, ROWS), float("-inf"), tl.float32),
+                 mask=(js < NEXT_N)[None, :] & (pos < end)[:, None])
+
+
+def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
+                   config: LaunchConfig | None = None, keys_as_a=False, scale_after_sum=False, scales_ahead=False):
+    """Steps 3-7: one program per (sequence, run of ``config.tokens_per_program`` positions), walking its run in
+    chunks of ``config.chunk`` with all next_n query rows in one tile; any block size, either layout, 1-D or 2-D
+    context lengths. With every switch off it computes ``Q @ K^T`` and scales before the head reduction
+    (the ladder's version 1); ``keys_as_a``, ``scale_after_sum`` and ``scales_ahead`` are version 2's ideas."""
+    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
+    if q.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"q must be torch.float8_e4m3fn for the teaching kernel, got {q.dtype}")
+    if p.heads < 16 or p.heads & (p.heads - 1) or p.head_dim & (p.head_dim - 1):
+        raise ValueError(f"q must have a power-of-two number of heads >= 16 and a power-of-two head_dim (tl.dot "
+                         f"tiles), got {p.heads} heads of {p.head_dim}")
+    errors = [device.kernel_device_error(t, name) for name, t in (("q", q), ("kv_cache", kv_cache))]
+    if any(errors):
+        raise ValueError(next(e for e in errors if e))
+    config = config or default_config(p.batch, max_model_len)
+    if config.dot != "fp16":
+        raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")
+    run = config.tokens_per_program or triton.cdiv(max_model_len, config.chunk) * config.chunk
+    # NaN, not empty: an element the kernel failed to write cannot pass for a logit.
+    out = torch.full((p.batch * p.next_n, max_model_len), math.nan, dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out
+    _chunked_kernel[(p.batch, triton.cdiv(max_model_len, run))](
+        q.contiguous().view(torch.uint8), kv_cache, kv_cache.view(torch.float32), weights.contiguous(),
+        context_lens.contiguous(), block_tables.contiguous(), out,
+        block_tables.stride(0), out.stride(0), max_model_len, run,
+        NEXT_N=p.next_n, ROWS=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
+        BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk,
+        KEYS_AS_A=keys_as_a, SCALE_AFTER_SUM=scale_after_sum, SCALES_AHEAD=scales_ahead,
+        num_warps=config.num_warps, num_stages=config.num_stages)
+    return out
