@@ -72,16 +72,30 @@ def test_import_graph_has_no_cycle():
     assert find_cycle(import_graph()) is None
 
 
-def test_report_imports_no_harness():
+def reached_from(module: str) -> tuple[set[str], set[str]]:
+    """The package's modules ``module`` reaches through its imports, and everything those import."""
     graph = import_graph()
-    reached, todo = set(), ["preshuffle.report"]
+    reached, todo = set(), [module]
     while todo:
-        module = todo.pop()
-        if module not in reached:
-            reached.add(module)
-            todo.extend(t for t in graph.get(module, ()) if t.startswith("preshuffle."))
-    imported = set().union(*(graph[m] for m in reached))
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo.extend(t for t in graph.get(name, ()) if t.startswith("preshuffle."))
+    return reached, set().union(*(graph[m] for m in reached))
+
+
+def harness(modules: set[str]) -> set[str]:
     forbidden = {"torch", "triton", "preshuffle.benchmark", "preshuffle.testing", "preshuffle.kernels"}
-    assert not {m for m in imported | reached if m in forbidden or m.startswith(("preshuffle.testing.",
-                                                                                  "preshuffle.kernels."))}
+    return {m for m in modules if m in forbidden or m.startswith(("preshuffle.testing.", "preshuffle.kernels."))}
+
+
+def test_report_imports_no_harness():
+    reached, imported = reached_from("preshuffle.report")
+    assert not harness(imported | reached)
     assert reached == {"preshuffle.report", "preshuffle.anchors", "preshuffle.shapes"}
+
+
+def test_ladder_imports_no_harness():
+    reached, imported = reached_from("preshuffle.ladder")
+    assert not harness(imported | reached)
+    assert reached == {"preshuffle.ladder", "preshuffle.report", "preshuffle.anchors", "preshuffle.shapes"}

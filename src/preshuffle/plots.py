@@ -195,3 +195,13 @@ def copy_share_plot(rows: list[dict]):
               "DeepGEMM 2.6.1 (recorded)": [r["deepgemm_pct"] for r in rows]}
     return grouped_bars(_shape_labels(rows), shares, "% of the copy ceiling",
                         "Share of the HBM copy ceiling (B/next_n/ctx)")
+
+
+def ladder_plot(ladder):
+    """Share of the copy ceiling after each version the kernel kept (a :class:`preshuffle.ladder.Ladder`), one bar
+    per recorded shape; no bar where the notes recorded no share."""
+    rungs = [r for r in ladder.rungs if not r.dropped]
+    groups = [f"version {r.version}\n" + "\n".join(r.ideas.values()) for r in rungs]
+    shares = {s.label: [f.pct_copy if (f := r.figure(s)) and f.pct_copy is not None else np.nan for r in rungs]
+              for s in ladder.shapes}
+    return grouped_bars(groups, shares, "% of the copy ceiling", "The portable kernel's ladder on an H200")
