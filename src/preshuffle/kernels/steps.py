@@ -108,11 +108,12 @@ def _chunk_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE: tl
 
 @triton.jit
 def _chunked_kernel(
-    q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-    bt_stride, out_stride, max_model_len, tokens_per_program,
+    q_ptr, w_ptr, ctx_ptr,                                   # the queries, their weights, the context lengths
+    kv_ptr, scale_ptr, bt_ptr, bt_stride,                    # the paged cache (bytes and fp32 view), block table
+    out_ptr, out_stride, max_model_len, tokens_per_program,  # the output and each program's run of it
     NEXT_N: tl.constexpr, ROWS: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
-    KEYS_AS_A: tl.constexpr, SCALE_AFTER_SUM: tl.constexpr, SCALES_AHEAD: tl.constexpr,
+    KEYS_AS_A: tl.constexpr, SCALE_AFTER_SUM: tl.constexpr, SCALES_AHEAD: tl.constexpr,  # the ladder's switches
 ):
     b = tl.program_id(0)
     start = tl.program_id(1) * tokens_per_program             # this program's run of the row
@@ -199,10 +200,11 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
     out = torch.full((p.batch * p.next_n, max_model_len), math.nan, dtype=torch.float32, device=q.device)
     if out.numel() == 0:
         return out
+    block_tables = block_tables.contiguous()
     _chunked_kernel[(p.batch, triton.cdiv(max_model_len, run))](
-        q.contiguous().view(torch.uint8), kv_cache, kv_cache.view(torch.float32), weights.contiguous(),
-        context_lens.contiguous(), block_tables.contiguous(), out,
-        block_tables.stride(0), out.stride(0), max_model_len, run,
+        q.contiguous().view(torch.uint8), weights.contiguous(), context_lens.contiguous(),
+        kv_cache, kv_cache.view(torch.float32), block_tables, block_tables.stride(0),
+        out, out.stride(0), max_model_len, run,
         NEXT_N=p.next_n, ROWS=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
         BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk,
         KEYS_AS_A=keys_as_a, SCALE_AFTER_SUM=scale_after_sum, SCALES_AHEAD=scales_ahead,
