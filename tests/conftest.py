@@ -1,8 +1,26 @@
+import importlib.util
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Reproducible examples in CI; no deadline, since interpreter timings vary with the machine's load.
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def load_tool():
+    """Load a stdlib-only script of tools/ (not a package: the Makefile and Jupyter run them by path)."""
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
