@@ -21,10 +21,12 @@ STAMP := $(VENV)/.installed-$(BUILD)
 .PHONY: setup lab test chromium
 setup: $(STAMP)
 
-# The stamp names the build the venv was made for. A venv made for another build (or by an older Makefile) is
-# cleared and made again: pip would keep its torch, which satisfies the same requirement.
+# The stamp names the build the venv was made for. A venv made for another build is cleared and made again: pip
+# would keep its torch, which satisfies the same requirement. Older Makefiles' `.installed` counts as cpu (their
+# default), so a CPU venv is updated in place.
+OTHER_STAMPS = $(filter-out $@ $(if $(filter cpu,$(BUILD)),$(VENV)/.installed),$(wildcard $(VENV)/.installed*))
 $(STAMP): pyproject.toml constraints.txt constraints-cpu.txt
-	$(PYTHON) -m venv $(VENV_FLAGS_$(BUILD)) $(if $(filter-out $@,$(wildcard $(VENV)/.installed*)),--clear) $(VENV)
+	$(PYTHON) -m venv $(VENV_FLAGS_$(BUILD)) $(if $(OTHER_STAMPS),--clear) $(VENV)
 	$(BIN)/python -m pip install --quiet $(PIP_FLAGS_$(BUILD)) -e '.[test]'
 	$(CHECK_$(BUILD))
 	$(BIN)/python -m preshuffle --version

@@ -119,13 +119,17 @@ def test_make_setup_system_makes_a_venv_that_sees_site_packages(gpu_path, tmp_pa
     assert "-m venv --system-site-packages" in out and "pip install --quiet  -e '.[test]'" in out
 
 
-@pytest.mark.parametrize("made_for, path", [("cpu", "gpu"), ("cuda", "cpu"), ("", "cpu")])
-def test_make_setup_remakes_a_venv_made_for_another_build(cpu_path, gpu_path, tmp_path, made_for, path):
+# ".installed": the stamp of older Makefiles, which installed the CPU pins unless told otherwise.
+@pytest.mark.parametrize("stamp, path, cleared", [
+    (".installed-cpu", "gpu", True), (".installed-cuda", "cpu", True), (".installed-system", "cpu", True),
+    (".installed", "gpu", True), (".installed", "cpu", False),
+])
+def test_make_setup_remakes_a_venv_made_for_another_build(cpu_path, gpu_path, tmp_path, stamp, path, cleared):
     venv = tmp_path / "v"
     venv.mkdir()
-    (venv / (".installed-" + made_for if made_for else ".installed")).touch()  # "": the stamp of older Makefiles
+    (venv / stamp).touch()
     out = make_setup(gpu_path if path == "gpu" else cpu_path, venv)
-    assert f"-m venv  --clear {venv}" in out and "pip install" in out
+    assert ("--clear" in out) is cleared and f" {venv}\n" in out and "pip install" in out
 
 
 def test_make_setup_keeps_an_up_to_date_venv_of_the_same_build(cpu_path, tmp_path):
