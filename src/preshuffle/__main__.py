@@ -1,4 +1,5 @@
-"""Command line: ``python -m preshuffle negotiate ...`` and ``python -m preshuffle bench ...``."""
+"""Command line: ``python -m preshuffle negotiate ...``, ``python -m preshuffle bench ...`` and
+``python -m preshuffle --version`` (versions, device, and the kernel paths it runs)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,23 @@ def _bench(args) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`preshuffle.device.version_report` and exit, before any subcommand is needed."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .device import version_report
+
+        print(version_report())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m preshuffle", description=__doc__)
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the versions, the device, and which kernel paths run on it")
     commands = parser.add_subparsers(dest="command", required=True)
 
     neg = commands.add_parser("negotiate", help="kernel block size, kernel and acceptance for a --block-size")
