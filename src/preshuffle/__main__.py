@@ -56,9 +56,10 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
         from .device import version_report
 
-        print(version_report())
+        print(version_report(__version__))
         parser.exit()
 
 
