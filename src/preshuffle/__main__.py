@@ -27,9 +27,8 @@ def _bench(args) -> int:
     import json
 
     from . import benchmark
-    from .shapes import ANCHOR_SHAPES
 
-    shapes = [ANCHOR_SHAPES[i] for i in args.shapes] if args.shapes else list(ANCHOR_SHAPES)
+    shapes = [benchmark.SHAPES[i] for i in args.shapes] if args.shapes else list(benchmark.SHAPES)
 
     def save(record, _row):
         if args.out:
@@ -37,8 +36,8 @@ def _bench(args) -> int:
                 json.dump(record, f, indent=1)
 
     try:
-        record = benchmark.run(shapes, args.variants, programs_per_sm=args.programs_per_sm,
-                           torch_baseline=not args.no_torch, fp8_mma=not args.no_fp8_mma, on_row=save)
+        record = benchmark.run(shapes, args.variants, against_deepgemm="deepgemm" in (args.against or []),
+                               steps=not args.no_steps, torch_baseline=not args.no_torch, on_row=save)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -78,18 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     neg.set_defaults(run=_negotiate)
 
     from .access import VARIANTS
-    from .benchmark import PROGRAMS_PER_SM_SWEEP
-    from .shapes import ANCHOR_SHAPES
+    from .benchmark import SHAPES
 
     ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
-    ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(ANCHOR_SHAPES)),
-                     help="indices of the spec's anchor shapes: " + "; ".join(
-                         f"{i}: {s.label}" for i, s in enumerate(ANCHOR_SHAPES)))
+    ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(SHAPES)),
+                     help="indices of the shapes (the spec's anchors, then next_n = 3): " + "; ".join(
+                         f"{i}: {s.label}" for i, s in enumerate(SHAPES)))
     ben.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    ben.add_argument("--programs-per-sm", type=int, nargs="+", default=list(PROGRAMS_PER_SM_SWEEP),
-                     help="splits to time for each shape (the tuning sweep)")
+    ben.add_argument("--against", nargs="+", choices=["deepgemm"],
+                     help="also time DeepGEMM on the same inputs in the same run (when deep_gemm imports)")
+    ben.add_argument("--no-steps", action="store_true", help="skip chapter 5's ladder of kernel steps")
     ben.add_argument("--no-torch", action="store_true", help="skip the vectorised PyTorch baseline")
-    ben.add_argument("--no-fp8-mma", action="store_true", help="skip the fp8 tensor-core comparison run")
     ben.add_argument("--out", help="write the results (with provenance) to this JSON file as they come")
     ben.set_defaults(run=_bench)
     return parser

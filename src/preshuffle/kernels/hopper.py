@@ -316,7 +316,9 @@ class HopperLaunch:
         self.raw = cells["launcher"]
         self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
                      compiled.packed_metadata, None, None, None)
-        self.descs = tuple(x for desc, meta in zip(descs, cells["tensordesc_meta"])
+        # Encoded once; addresses as ints, so a launch keeps no cache alive.
+        self.descs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
+                           for desc, meta in zip(descs, cells["tensordesc_meta"] or [None] * len(descs))
                            for x in make_tensordesc_arg(desc, meta))
         self.grid, self.fixed = grid, fixed
 
