@@ -35,7 +35,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .launch import CHUNK, HopperConfig
+from .launch import CHUNK, HopperConfig, hopper_maxnreg
 
 HEAD_DIM = 128
 MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized for
@@ -341,5 +341,5 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
                       CTX_2D=context_lens.dim() == 2, EXACT=exact, LOADER_REGS=config.loader_regs)
     descs = descriptors(kv_cache, layout)
     compiled = _hopper_kernel[grid](q, *descs, weights, context_lens, block_tables, out, *dims, **constexprs,
-                                    num_warps=4, maxnreg=config.maxnreg)
+                                    num_warps=4, maxnreg=config.maxnreg or hopper_maxnreg(next_n, exact))
     return HopperLaunch(compiled, descs, grid, (*dims, *constexprs.values(), 4))

@@ -74,11 +74,11 @@ def default_config(batch: int, max_model_len: int) -> LaunchConfig:
 class HopperConfig:
     """How one call of the Hopper kernel is cut: ``tokens_per_program`` positions per program (a multiple of 64),
     a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
-    programs share an SM; the loader warp gets ``loader_regs``)."""
+    programs share an SM, and ptxas must fit the math warpgroup in it; the loader warp gets ``loader_regs``)."""
 
     tokens_per_program: int
     stages: int = 4
-    maxnreg: int = 80
+    maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
     loader_regs: int = 40
 
     def __post_init__(self):
@@ -101,10 +101,14 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
 
 def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False,
                   programs_per_sm: int | None = None, stages: int = 4) -> HopperConfig:
-    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape; 80
-    registers a thread fit one query row's accumulators (3 programs an SM), two rows or the exact path need 128."""
+    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape."""
     pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact)
     chunks = triton.cdiv(max_model_len, CHUNK)
     splits = max(1, min(chunks, triton.cdiv(pps * multiprocessor_count(), batch)))
-    maxnreg = 80 if next_n == 1 and not exact else 128
-    return HopperConfig(triton.cdiv(chunks, splits) * CHUNK, stages, maxnreg)
+    return HopperConfig(triton.cdiv(chunks, splits) * CHUNK, stages, hopper_maxnreg(next_n, exact))
+
+
+def hopper_maxnreg(next_n: int, exact: bool) -> int:
+    """Registers a thread for the Hopper kernel: 80 fit one query row's fp8 accumulators (three programs an SM);
+    two rows, or the exact path's widened keys, need 128 (ptxas refuses fewer)."""
+    return 80 if next_n == 1 and not exact else 128

@@ -47,14 +47,16 @@ def _tl_tma_kernel(q_desc, kv_desc, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr, 
         tl.store(rows + pos[:, None], tl.full((CHUNK_, NEXT_N), float("-inf"), tl.float32), mask=(pos < end)[:, None])
 
 
-def tl_tma_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, tokens_per_program: int,
-                  stages: int = 6) -> torch.Tensor:
+def tl_tma_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout: str = "normal",
+                  tokens_per_program: int, stages: int = 6) -> torch.Tensor:
     """The step's logits for a checked, block-64, natural-layout problem with 1-D context lengths (the benchmark's
     inputs); ``tokens_per_program`` positions per program."""
     batch, next_n, heads, head_dim = q.shape
-    if kv_cache.shape[1] != CHUNK or head_dim != 128 or next_n & (next_n - 1) or context_lens.dim() != 1:
-        raise ValueError("the tl TMA step takes block size 64, head_dim 128, next_n a power of two and 1-D "
-                         f"context_lens, got block size {kv_cache.shape[1]}, head_dim {head_dim}, next_n {next_n}")
+    if (layout != "normal" or kv_cache.shape[1] != CHUNK or head_dim != 128 or next_n & (next_n - 1)
+            or context_lens.dim() != 1):
+        raise ValueError("the tl TMA step takes natural 64-token blocks, head_dim 128, next_n a power of two and "
+                         f"1-D context_lens, got {layout} blocks of {kv_cache.shape[1]}, head_dim {head_dim}, "
+                         f"next_n {next_n}")
     q2 = q.reshape(-1, head_dim)
     rows = kv_cache.view(torch.float8_e4m3fn).view(-1, head_dim)
     out = torch.empty(batch * next_n, max_model_len, dtype=torch.float32, device=q.device)
