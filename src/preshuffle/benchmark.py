@@ -115,12 +115,14 @@ def provenance() -> dict:
         except (OSError, subprocess.CalledProcessError):
             return None
 
-    # A copy of the tree without .git (a lent GPU machine) names its commit through the environment.
-    commit = git("rev-parse", "HEAD")
+    # A copy of the tree sent to a lent GPU machine names its commit through the environment (its own git
+    # metadata, where it has any, may name another).
+    named = os.environ.get("PRESHUFFLE_GIT_COMMIT")
+    commit = named or git("rev-parse", "HEAD")
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": commit or os.environ.get("PRESHUFFLE_GIT_COMMIT"),
-        "git_dirty": bool(git("status", "--porcelain")) if commit else None,
+        "git_commit": commit,
+        "git_dirty": None if named else bool(git("status", "--porcelain")) if commit else None,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton.__version__,
