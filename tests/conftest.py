@@ -5,10 +5,20 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from preshuffle.shapes import Shape
+from preshuffle.testing.inputs import benchmark_problem
+
 # Reproducible examples in CI; no deadline, since interpreter timings vary with the machine's load.
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def small_benchmark_problem():
+    """A problem built like the benchmark's, small enough for the interpreter (3 sequences, 16 heads)."""
+    return benchmark_problem(Shape(3, 2, 120), 16, "shuffle", heads=16)
+
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -151,3 +151,8 @@ def test_version_flag_prints_versions_device_and_paths():
         p + " (default)" * (p == support.default_precision) for p in support.precisions)
     if device.INTERPRETED:
         assert lines[3].startswith("kernels: Triton interpreter") and lines[4] == "kernel paths: exact (default), fp8"
+
+
+@pytest.mark.skipif(not device.INTERPRETED, reason="the CPU-tensor message is for interpreter runs")
+def test_kernel_device_error_names_the_tensor():
+    assert device.kernel_device_error(torch.empty(1, device="meta"), "q").startswith("q is on meta")

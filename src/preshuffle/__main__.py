@@ -26,9 +26,10 @@ def _negotiate(args) -> int:
 def _bench(args) -> int:
     import json
 
-    from . import bench
+    from . import benchmark
+    from .shapes import ANCHOR_SHAPES
 
-    shapes = [bench.ANCHOR_SHAPES[i] for i in args.shapes] if args.shapes else list(bench.ANCHOR_SHAPES)
+    shapes = [ANCHOR_SHAPES[i] for i in args.shapes] if args.shapes else list(ANCHOR_SHAPES)
 
     def save(record, _row):
         if args.out:
@@ -36,7 +37,7 @@ def _bench(args) -> int:
                 json.dump(record, f, indent=1)
 
     try:
-        record = bench.run(shapes, args.variants, programs_per_sm=args.programs_per_sm,
+        record = benchmark.run(shapes, args.variants, programs_per_sm=args.programs_per_sm,
                            torch_baseline=not args.no_torch, fp8_mma=not args.no_fp8_mma, on_row=save)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -55,9 +56,10 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
         from .device import version_report
 
-        print(version_report())
+        print(version_report(__version__))
         parser.exit()
 
 
@@ -75,7 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="before and after, for every size given (default: 1, 8 and multiples of 16 to 1024)")
     neg.set_defaults(run=_negotiate)
 
-    from .bench import ANCHOR_SHAPES, PROGRAMS_PER_SM_SWEEP, VARIANTS
+    from .access import VARIANTS
+    from .benchmark import PROGRAMS_PER_SM_SWEEP
+    from .shapes import ANCHOR_SHAPES
 
     ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
     ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(ANCHOR_SHAPES)),

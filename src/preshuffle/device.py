@@ -106,15 +106,13 @@ def describe() -> str:
     return f"compiled Triton on {torch.cuda.get_device_name()}"
 
 
-def version_report() -> str:
+def version_report(package_version: str) -> str:
     """What ``python -m preshuffle --version`` prints: versions, the device, and the kernel paths it runs."""
     import triton
 
-    from . import __version__
-
     support = current_support()
     paths = ", ".join(p + (" (default)" if p == support.precisions[0] else "") for p in support.precisions)
-    lines = [f"preshuffle {__version__} (Python {platform.python_version()})",
+    lines = [f"preshuffle {package_version} (Python {platform.python_version()})",
              f"torch {torch.__version__} ({f'CUDA {torch.version.cuda}' if torch.version.cuda else 'no CUDA'}), "
              f"Triton {triton.__version__}",
              f"device: {support.device}",
