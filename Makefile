@@ -10,9 +10,9 @@ ifeq ($(BUILD),)
 $(error no torch build chosen for TORCH=$(TORCH) with PYTHON=$(PYTHON): see the message above)
 endif
 VENV_FLAGS_system := --system-site-packages
-PIP_FLAGS_cpu := -c constraints-cpu.txt
-PIP_FLAGS_cuda := -c constraints.txt
-# Where PyPI has no CUDA wheel (say, Linux on ARM), the cuda build stops here rather than leave the kernels to
+CONSTRAINTS_cpu := constraints-cpu.txt
+CONSTRAINTS_cuda := constraints-cuda.txt
+# Where PyPI has no CUDA wheel for the platform, the cuda build stops here rather than leave the kernels to
 # Triton's interpreter.
 CHECK_cuda := $(BIN)/python -c 'import sys, torch; torch.version.cuda or sys.exit("pip installed torch " \
   + torch.__version__ + ", a build without CUDA: install a CUDA build of torch, then use TORCH=system")'
@@ -25,9 +25,9 @@ setup: $(STAMP)
 # would keep its torch, which satisfies the same requirement. Older Makefiles' `.installed` counts as cpu (their
 # default), so a CPU venv is updated in place.
 OTHER_STAMPS = $(filter-out $@ $(if $(filter cpu,$(BUILD)),$(VENV)/.installed),$(wildcard $(VENV)/.installed*))
-$(STAMP): pyproject.toml constraints.txt constraints-cpu.txt
+$(STAMP): pyproject.toml constraints.txt $(CONSTRAINTS_$(BUILD))
 	$(PYTHON) -m venv $(VENV_FLAGS_$(BUILD)) $(if $(OTHER_STAMPS),--clear) $(VENV)
-	$(BIN)/python -m pip install --quiet $(PIP_FLAGS_$(BUILD)) -e '.[test]'
+	$(BIN)/python -m pip install --quiet $(addprefix -c ,$(CONSTRAINTS_$(BUILD))) -e '.[test]'
 	$(CHECK_$(BUILD))
 	$(BIN)/python -m preshuffle --version
 	touch $@

@@ -110,7 +110,7 @@ def test_make_setup_installs_the_cpu_pins_without_a_gpu(cpu_path, tmp_path):
 
 def test_make_setup_installs_a_cuda_torch_with_a_gpu(gpu_path, tmp_path):
     out = make_setup(gpu_path, tmp_path / "v")
-    assert "-c constraints.txt -e '.[test]'" in out and "constraints-cpu.txt" not in out
+    assert "-c constraints-cuda.txt -e '.[test]'" in out and "constraints-cpu.txt" not in out
     assert "torch.version.cuda or sys.exit" in out and f"touch {tmp_path / 'v' / '.installed-cuda'}" in out
 
 

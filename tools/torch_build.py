@@ -6,7 +6,8 @@ torch, no preshuffle). ``TORCH`` (the argument) says what the user wants:
 * ``auto`` (the default): ``cuda`` where ``nvidia-smi -L`` lists a GPU, else ``cpu``;
 * ``cpu``: the pins of constraints-cpu.txt, torch 2.13.0 (a CPU build where one is on the machine) and the
   Triton 3.6.0 whose interpreter the notebooks' outputs were recorded with;
-* ``cuda``: PyPI's torch, a CUDA build on Linux x86_64, with the Triton it pins;
+* ``cuda``: the pins of constraints-cuda.txt, PyPI's torch 2.11.0 (a CUDA 13.0 build on Linux x86_64) and
+  Triton 3.6.0, those of the H200 results;
 * ``system``: a venv that sees the system's site-packages, so pip keeps a torch and Triton already installed.
 """
 
