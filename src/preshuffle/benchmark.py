@@ -52,9 +52,12 @@ def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, c
     ``masked``: ``fn`` leaves masked positions unwritten (DeepGEMM): set them to -inf before comparing.
     ``checked``: the output of an already verified launch of the same kernel (another split), which ``fn`` must
     reproduce bit for bit; the verdict is then that launch's, cheaper than comparing again."""
-    first = fn()
-    repeatable = all(torch.equal(first, fn()) for _ in range(REPEATS - 1))
-    out = deepgemm.masked_like(first, reference[0]) if masked else first
+    if masked:  # compare what is written: positions DeepGEMM leaves unwritten hold whatever the buffer held
+        fn_written = lambda: deepgemm.masked_like(fn(), reference[0])  # noqa: E731
+    else:
+        fn_written = fn
+    out = fn_written()
+    repeatable = all(torch.equal(out, fn_written()) for _ in range(REPEATS - 1))
     verdict = compare_logits(out, *reference)
     verdict["meets_contract"] = meets_contract(verdict, precision)
     if checked is not None:
