@@ -1,4 +1,6 @@
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,3 +18,19 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 def small_benchmark_problem():
     """A problem built like the benchmark's, small enough for the interpreter (3 sequences, 16 heads)."""
     return benchmark_problem(Shape(3, 2, 120), 16, "shuffle", heads=16)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def load_tool():
+    """Load a stdlib-only script of tools/ (not a package: the Makefile and Jupyter run them by path)."""
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

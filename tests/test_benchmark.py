@@ -1,45 +1,44 @@
-"""The benchmark's logic on the CPU, with the GPU timer replaced (it refuses the interpreter)."""
+"""The benchmark's logic on the CPU, with the GPU timers replaced (they refuse the interpreter)."""
 
 import pytest
+import torch
 
-from preshuffle import benchmark, device
-from preshuffle.kernels import LaunchConfig
-from preshuffle.shapes import ANCHOR_SHAPES
-from preshuffle.testing import timing
-from preshuffle.testing.numeric import RTOL
+from preshuffle import benchmark, deepgemm, device, report
+from preshuffle.kernels import launch
+from preshuffle.reference import reference_and_magnitude
+from preshuffle.shapes import ANCHOR_SHAPES, Shape
+from preshuffle.testing import inputs, timing
 
 needs_interpreter = pytest.mark.skipif(not device.INTERPRETED, reason="checks the harness logic without a GPU timer")
 
 
 @pytest.fixture
 def stub_timer(monkeypatch):
-    monkeypatch.setattr(timing, "time_ms", lambda fn, graph=True: 0.5)
+    monkeypatch.setattr(timing, "time_ms", lambda fn, graph=True, clean_l2=False: 0.5)
+    monkeypatch.setattr(benchmark, "REPEATS", 2)  # a run is slow under the interpreter
+
+
+@pytest.fixture
+def reference(small_benchmark_problem):
+    return small_benchmark_problem.call(reference_and_magnitude)
 
 
 @needs_interpreter
-def test_measure_splits_checks_the_first_then_compares_bitwise(small_benchmark_problem, stub_timer):
-    configs = [LaunchConfig(64, 64), LaunchConfig(64, 128), LaunchConfig(64, 192)]
-    rows = benchmark.measure_splits(small_benchmark_problem, configs, copy_bytes_per_s=4e12)
-    assert [r["meets_rtol"] for r in rows] == [True] * 3
-    assert "bitwise_equal_to_checked_split" not in rows[0]
-    assert all(r["bitwise_equal_to_checked_split"] and r["bitwise_repeatable"] for r in rows[1:])
-    assert all(r["us"] == 500.0 and r["pct_copy"] == pytest.approx(100 * r["bytes"] / 5e-4 / 4e12) for r in rows)
-    assert all(r["bytes"] == small_benchmark_problem.bytes for r in rows)
+def test_measure_holds_each_precision_to_its_own_contract(small_benchmark_problem, reference, stub_timer):
+    problem = small_benchmark_problem
+    good = benchmark.kernel_fn(problem, "exact")
+    row = benchmark.measure(good, problem, reference, precision="exact", copy_bytes_per_s=4e12)
+    assert row["meets_contract"] and row["us"] == 500.0 and row["bytes"] == problem.bytes
+    assert row["pct_copy"] == pytest.approx(100 * problem.bytes / 5e-4 / 4e12)
+    nudged = lambda: good() * 1.0001  # noqa: E731 (1e-4 of each logit: outside exact, inside fp8)
+    exact = benchmark.measure(nudged, problem, reference, precision="exact", copy_bytes_per_s=4e12)
+    assert not exact["meets_contract"] and "us" not in exact
+    assert benchmark.measure(nudged, problem, reference, precision="fp8", copy_bytes_per_s=4e12)["meets_contract"]
 
 
 @needs_interpreter
-def test_measure_does_not_time_an_inaccurate_variant(small_benchmark_problem, stub_timer):
-    good = benchmark.kernel_fn(small_benchmark_problem)
-    row = benchmark.measure(lambda: good() * 1.001, small_benchmark_problem, copy_bytes_per_s=4e12)
-    assert not row["meets_rtol"] and "us" not in row
-    timed = benchmark.measure(lambda: good() * 1.001, small_benchmark_problem, copy_bytes_per_s=4e12,
-                              require_accuracy=False)
-    assert timed["us"] == 500.0 and timed["max_rel_error"] > RTOL
-
-
-@needs_interpreter
-def test_measure_records_a_run_that_does_not_repeat(small_benchmark_problem, stub_timer):
-    good, calls = benchmark.kernel_fn(small_benchmark_problem), []
+def test_measure_records_a_run_that_does_not_repeat(small_benchmark_problem, reference, stub_timer):
+    good, calls = benchmark.kernel_fn(small_benchmark_problem, "exact"), []
 
     def drifting():
         calls.append(None)
@@ -47,9 +46,59 @@ def test_measure_records_a_run_that_does_not_repeat(small_benchmark_problem, stu
         out[0, 0] += 1e-3 * len(calls)  # a visible position: each run differs from the one before
         return out
 
-    row = benchmark.measure(drifting, small_benchmark_problem, copy_bytes_per_s=4e12, require_accuracy=False)
+    row = benchmark.measure(drifting, small_benchmark_problem, reference, precision="fp8", copy_bytes_per_s=4e12,
+                            require_accuracy=False)
     assert row["bitwise_repeatable"] is False
-    assert benchmark.measure(good, small_benchmark_problem, copy_bytes_per_s=4e12)["bitwise_repeatable"] is True
+
+
+@needs_interpreter
+def test_measure_masks_positions_deepgemm_leaves_unwritten(small_benchmark_problem, reference, stub_timer):
+    good = benchmark.kernel_fn(small_benchmark_problem, "exact")
+    garbage = lambda: torch.where(torch.isneginf(good()), 7.0, good())  # noqa: E731
+    kwargs = dict(precision="fp8", copy_bytes_per_s=4e12)
+    assert not benchmark.measure(garbage, small_benchmark_problem, reference, **kwargs)["meets_contract"]
+    assert benchmark.measure(garbage, small_benchmark_problem, reference, masked=True, **kwargs)["meets_contract"]
+
+
+@needs_interpreter
+def test_measure_holds_another_split_to_the_checked_output(small_benchmark_problem, reference, stub_timer):
+    good = benchmark.kernel_fn(small_benchmark_problem, "exact")
+    checked = good()
+    row = benchmark.measure(good, small_benchmark_problem, reference, precision="exact", copy_bytes_per_s=4e12,
+                            checked=checked)
+    assert row["bitwise_equal_to_rule"] and row["meets_contract"]
+    off = checked.clone()
+    off[0, 0] = torch.nextafter(off[0, 0], torch.tensor(float("inf")))
+    row = benchmark.measure(good, small_benchmark_problem, reference, precision="exact", copy_bytes_per_s=4e12,
+                            checked=off)
+    assert not row["bitwise_equal_to_rule"] and not row["meets_contract"] and "us" not in row
+
+
+@needs_interpreter
+def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch, stub_timer):
+    shape = Shape(2, 1, 100)
+    monkeypatch.setattr(timing, "refuse_interpreter", lambda: None)
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4e12)
+    monkeypatch.setattr(timing, "host_us", lambda fn: 9.0)
+    monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
+    monkeypatch.setattr(deepgemm, "load", lambda: None)
+    monkeypatch.setattr(benchmark, "LADDER_SHAPES", (shape,))
+    monkeypatch.setattr(benchmark, "HOST_SHAPES", (shape,))
+    monkeypatch.setattr(benchmark, "benchmark_problem",
+                        lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=16))
+    record = benchmark.run([shape], ("block1", "block64-normal"))
+    rows = record["rows"]
+    assert all(r["meets_contract"] and r["us"] == 500.0 for r in rows)
+    rules = [(r["variant"], r["precision"], r["timing"]) for r in rows if r.get("rule")]
+    assert rules == [("block1", "fp8", "graph"), ("block1", "exact", "graph"), ("block64-normal", "fp8", "graph"),
+                     ("block64-normal", "exact", "graph"), ("block64-normal", "fp8", "eager"),
+                     ("block64-normal", "fp8", "graph-clean-l2")]
+    assert [r["step"] for r in rows if r.get("step")] == ["chapter 3's kernel (exact)", "fp8 MMA"]
+    assert [r["kernel"] for r in rows if not r.get("rule") and not r.get("step")] == ["torch"]
+    assert record["host_us"] == [{"shape": {"batch": 2, "next_n": 1, "avg_ctx": 100}, "kernel": "portable", "us": 9.0}]
+    summary = report.summary(record)[0]
+    assert summary["block1_over_block64"] == 1.0 and summary["deepgemm_us"] is None
+    assert summary["eager_minus_graph_us"] == 0.0 and summary["torch_over_fp8"] == 1.0
 
 
 def test_torch_baseline_fits_only_where_its_keys_and_scores_fit():

@@ -1,4 +1,5 @@
-"""The portable Triton kernel against the float64 reference: under the interpreter on the CPU, compiled on a GPU."""
+"""The portable Triton kernel against the float64 reference: under the interpreter on the CPU, compiled on a GPU
+(chosen there by its LaunchConfig), on the exact path; and the entry point's checks of bad input."""
 
 import pytest
 import torch
@@ -10,11 +11,13 @@ from preshuffle.testing.inputs import random_problem
 from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_logits, check_repeatable
 
 DEV = device.KERNEL_DEVICE
+PORTABLE = {"config": LaunchConfig(), "precision": "exact"}
 
 
 def check_against_reference(problem, **kwargs):
     out = torch.full((problem.batch * problem.next_n, problem.max_model_len), float("nan"), device=DEV)
-    problem.call(fp8_paged_mqa_logits, out=out, **kwargs)  # NaN poison: every element must be written
+    # NaN poison: every element must be written
+    problem.call(fp8_paged_mqa_logits, out=out, **{**PORTABLE, **kwargs})
     verdict = check_logits(out, problem)
     assert verdict["same_inf_pattern"], verdict
     assert verdict["max_rel_error"] <= RTOL, verdict
@@ -45,14 +48,14 @@ def test_fp8_paged_mqa_logits_matches_float64_reference(problem):
 def test_fp8_paged_mqa_logits_repeated_runs_are_bitwise_equal(block_size, layout):
     problem = random_problem([70, 129, 5], next_n=2, block_size=block_size, layout=layout, seed=3, device=DEV)
     first = check_against_reference(problem)
-    assert_bitwise_equal(first, check_repeatable(lambda: problem.call(fp8_paged_mqa_logits)))
+    assert_bitwise_equal(first, check_repeatable(lambda: problem.call(fp8_paged_mqa_logits, **PORTABLE)))
 
 
 @pytest.mark.parametrize("tokens_per_program", [64, 128, 256])
 def test_fp8_paged_mqa_logits_does_not_depend_on_the_split(tokens_per_program):
     problem = random_problem([300, 17], block_size=16, seed=5, device=DEV)
-    whole = problem.call(fp8_paged_mqa_logits)
-    split = problem.call(fp8_paged_mqa_logits, config=LaunchConfig(64, tokens_per_program))
+    whole = problem.call(fp8_paged_mqa_logits, **PORTABLE)
+    split = problem.call(fp8_paged_mqa_logits, precision="exact", config=LaunchConfig(64, tokens_per_program))
     assert_bitwise_equal(whole, split)
 
 
@@ -60,7 +63,8 @@ def test_fp8_paged_mqa_logits_layouts_hold_the_same_logits():
     normal = random_problem([90, 33], block_size=32, layout="normal", seed=9, device=DEV)
     shuffled = random_problem([90, 33], block_size=32, layout="shuffle", seed=9, device=DEV)
     assert not torch.equal(normal.kv_cache, shuffled.kv_cache)
-    assert_bitwise_equal(normal.call(fp8_paged_mqa_logits), shuffled.call(fp8_paged_mqa_logits))
+    assert_bitwise_equal(normal.call(fp8_paged_mqa_logits, **PORTABLE),
+                         shuffled.call(fp8_paged_mqa_logits, **PORTABLE))
 
 
 def test_fp8_paged_mqa_logits_zero_context_row_is_all_neg_inf_and_the_tail_too():

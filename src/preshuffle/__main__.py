@@ -1,4 +1,5 @@
-"""Command line: ``python -m preshuffle negotiate ...`` and ``python -m preshuffle bench ...``."""
+"""Command line: ``python -m preshuffle negotiate ...``, ``python -m preshuffle bench ...`` and
+``python -m preshuffle --version`` (versions, device, and the kernel paths it runs)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,8 @@ def _bench(args) -> int:
     import json
 
     from . import benchmark
-    from .shapes import ANCHOR_SHAPES
 
-    shapes = [ANCHOR_SHAPES[i] for i in args.shapes] if args.shapes else list(ANCHOR_SHAPES)
+    shapes = [benchmark.SHAPES[i] for i in args.shapes] if args.shapes else list(benchmark.SHAPES)
 
     def save(record, _row):
         if args.out:
@@ -36,8 +36,8 @@ def _bench(args) -> int:
                 json.dump(record, f, indent=1)
 
     try:
-        record = benchmark.run(shapes, args.variants, programs_per_sm=args.programs_per_sm,
-                           torch_baseline=not args.no_torch, fp8_mma=not args.no_fp8_mma, on_row=save)
+        record = benchmark.run(shapes, args.variants, against_deepgemm="deepgemm" in (args.against or []),
+                               steps=not args.no_steps, torch_baseline=not args.no_torch, on_row=save)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -48,8 +48,24 @@ def _bench(args) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`preshuffle.device.version_report` and exit, before any subcommand is needed."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .device import version_report
+
+        print(version_report(__version__))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m preshuffle", description=__doc__)
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the versions, the device, and which kernel paths run on it")
     commands = parser.add_subparsers(dest="command", required=True)
 
     neg = commands.add_parser("negotiate", help="kernel block size, kernel and acceptance for a --block-size")
@@ -61,18 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     neg.set_defaults(run=_negotiate)
 
     from .access import VARIANTS
-    from .benchmark import PROGRAMS_PER_SM_SWEEP
-    from .shapes import ANCHOR_SHAPES
+    from .benchmark import SHAPES
 
     ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
-    ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(ANCHOR_SHAPES)),
-                     help="indices of the spec's anchor shapes: " + "; ".join(
-                         f"{i}: {s.label}" for i, s in enumerate(ANCHOR_SHAPES)))
+    ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(SHAPES)),
+                     help="indices of the shapes (the spec's anchors, then next_n = 3): " + "; ".join(
+                         f"{i}: {s.label}" for i, s in enumerate(SHAPES)))
     ben.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    ben.add_argument("--programs-per-sm", type=int, nargs="+", default=list(PROGRAMS_PER_SM_SWEEP),
-                     help="splits to time for each shape (the tuning sweep)")
+    ben.add_argument("--against", nargs="+", choices=["deepgemm"],
+                     help="also time DeepGEMM on the same inputs in the same run (when deep_gemm imports)")
+    ben.add_argument("--no-steps", action="store_true", help="skip chapter 5's ladder of kernel steps")
     ben.add_argument("--no-torch", action="store_true", help="skip the vectorised PyTorch baseline")
-    ben.add_argument("--no-fp8-mma", action="store_true", help="skip the fp8 tensor-core comparison run")
     ben.add_argument("--out", help="write the results (with provenance) to this JSON file as they come")
     ben.set_defaults(run=_bench)
     return parser

@@ -1,7 +1,13 @@
-"""The benchmark: every kernel variant checked against the float64 reference before it is timed, on inputs
-built the way the performance spec says (:func:`preshuffle.testing.inputs.benchmark_problem`), times and the
-copy ceiling of the same run from :mod:`preshuffle.testing.timing`, bytes and flops counted by
+"""The benchmark: every implementation checked against the float64 reference of the same inputs (each against the
+contract of its precision) before it is timed, on inputs built the way the performance spec says
+(:func:`preshuffle.testing.inputs.benchmark_problem`), DeepGEMM timed beside our kernels in the same process, times
+and the copy ceiling of the same run from :mod:`preshuffle.testing.timing`, bytes and flops counted by
 :class:`preshuffle.problem.PagedMQAProblem`, and the run's provenance.
+
+A row is one implementation on one problem: ``kernel`` (hopper, portable, tl-tma, deepgemm, deepgemm-flattened,
+torch), ``precision``, ``variant`` (cache block size and layout), ``shape``, ``timing`` (graph replay, eager call,
+or graph replay with a clean L2 flush), ``rule`` (the launch a caller gets), ``step`` (chapter 5's ladder), the
+verdict and the time.
 """
 
 from __future__ import annotations
@@ -14,60 +20,61 @@ from dataclasses import asdict
 
 import torch
 
+from . import deepgemm
 from .access import VARIANTS
-from .kernels import LaunchConfig, fp8_paged_mqa_logits
-from .kernels.launch import config_for, default_programs_per_sm
+from .kernels import HopperConfig, fp8_paged_mqa_logits, kernel_for
+from .kernels.launch import CHUNK, config_for, hopper_config
+from .kernels.tl_tma import tl_tma_logits
 from .problem import PagedMQAProblem
-from .reference import fp8_paged_mqa_logits_torch
+from .reference import fp8_paged_mqa_logits_torch, reference_and_magnitude
 from .shapes import ANCHOR_SHAPES, Shape
 from .testing import timing
 from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem
-from .testing.numeric import RTOL, check_logits, check_repeatable
+from .testing.numeric import CONTRACTS, compare_logits, meets_contract
+
+PRECISIONS = ("fp8", "exact")
+# Multi-token prediction with 3 draft rows, which DeepGEMM's SM90 kernel does not take: timed beside DeepGEMM on
+# the same rows flattened to next_n = 1.
+MTP_SHAPES = (Shape(64, 3, 8192), Shape(256, 3, 8192))
+LADDER_SHAPES = (Shape(64, 1, 8192), Shape(4096, 1, 8192))
+HOST_SHAPES = (Shape(1, 1, 131072), Shape(64, 1, 8192))
+SPLITS = (1, 2, 4, 8)  # programs per SM tried beside the launch rule (block64-normal, fp8)
+SHAPES = ANCHOR_SHAPES + MTP_SHAPES
+REPEATS = 20  # runs of every implementation compared bit for bit before it is timed
 
 
-def measure(fn, problem: PagedMQAProblem, *, copy_bytes_per_s: float, graph: bool = True,
-            require_accuracy: bool = True, checked: tuple | None = None) -> dict:
-    """Check ``fn`` against the float64 reference and for bitwise repeatability, then time it (unless it fails
-    and ``require_accuracy``).
+def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, copy_bytes_per_s: float,
+            graph: bool = True, clean_l2: bool = False, masked: bool = False, checked: torch.Tensor | None = None,
+            require_accuracy: bool = True) -> dict:
+    """Check ``fn`` against ``reference`` (the float64 logits and magnitudes of ``problem``) by the contract of
+    ``precision`` and for bitwise repeatability, then time it (unless it fails and ``require_accuracy``).
 
-    ``checked = (output, verdict)`` of an already verified run of the same function (another split of the same
-    kernel): then ``fn`` must reproduce that output bit for bit, which is cheaper than a second reference."""
-    try:
-        out, repeatable = check_repeatable(fn), True
-    except AssertionError:
-        out, repeatable = fn(), False
-    if checked is None:
-        verdict = check_logits(out, problem)
-        verdict["meets_rtol"] = verdict["same_inf_pattern"] and verdict["max_rel_error"] <= RTOL
+    ``masked``: ``fn`` leaves masked positions unwritten (DeepGEMM): set them to -inf before comparing.
+    ``checked``: the output of an already verified launch of the same kernel (another split), which ``fn`` must
+    reproduce bit for bit; the verdict is then that launch's, cheaper than comparing again."""
+    if masked:  # compare what is written: positions DeepGEMM leaves unwritten hold whatever the buffer held
+        fn_written = lambda: deepgemm.masked_like(fn(), reference[0])  # noqa: E731
     else:
-        reference_out, reference_verdict = checked
-        same = bool(torch.equal(out, reference_out))
-        verdict = {**reference_verdict, "meets_rtol": reference_verdict["meets_rtol"] and same,
-                   "bitwise_equal_to_checked_split": same}
+        fn_written = fn
+    out = fn_written()
+    repeatable = all(torch.equal(out, fn_written()) for _ in range(REPEATS - 1))
+    verdict = compare_logits(out, *reference)
+    verdict["meets_contract"] = meets_contract(verdict, precision)
+    if checked is not None:
+        verdict["bitwise_equal_to_rule"] = bool(torch.equal(out, checked))
+        verdict["meets_contract"] = verdict["meets_contract"] and verdict["bitwise_equal_to_rule"]
     verdict["bitwise_repeatable"] = repeatable
-    if require_accuracy and not verdict["meets_rtol"]:
+    if require_accuracy and not verdict["meets_contract"]:
         return verdict
-    ms = timing.time_ms(fn, graph=graph)
+    ms = timing.time_ms(fn, graph=graph, clean_l2=clean_l2)
     nbytes, flops = problem.bytes, problem.flops
     return {**verdict, "us": ms * 1e3, "bytes": nbytes, "gb_per_s": nbytes / (ms * 1e-3) / 1e9,
             "pct_copy": 100 * nbytes / (ms * 1e-3) / copy_bytes_per_s, "tflop_per_s": flops / (ms * 1e-3) / 1e12}
 
 
-def measure_splits(problem: PagedMQAProblem, configs: list[LaunchConfig], *, copy_bytes_per_s: float) -> list[dict]:
-    """Measure configs of one compiled kernel that differ only in how the work is split: the first is checked
-    against the float64 reference, the others must reproduce its output bit for bit."""
-    rows, checked = [], None
-    for config in configs:
-        fn = kernel_fn(problem, config)
-        row = measure(fn, problem, copy_bytes_per_s=copy_bytes_per_s, checked=checked)
-        if checked is None:
-            checked = (fn(), {k: row[k] for k in ("same_inf_pattern", "max_rel_error", "finite", "meets_rtol")})
-        rows.append(row)
-    return rows
-
-
-def kernel_fn(problem: PagedMQAProblem, config: LaunchConfig | None = None):
-    return lambda: problem.call(fp8_paged_mqa_logits, check_values=False, config=config)
+def kernel_fn(problem: PagedMQAProblem, precision: str, config=None):
+    """The unchecked call a server makes (no host sync), through the package's entry point."""
+    return lambda: problem.call(fp8_paged_mqa_logits, precision=precision, check_values=False, config=config)
 
 
 def torch_fn(problem: PagedMQAProblem):
@@ -80,6 +87,28 @@ def torch_baseline_fits(shape: Shape, limit_bytes: int = 24 << 30) -> bool:
     return shape.batch * n * (HEAD_DIM + 2 * shape.next_n * HEADS) * 4 < limit_bytes
 
 
+def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object]]:
+    """Chapter 5's steps from chapter 3's kernel to the Hopper kernel, one idea each: (step, kernel, precision,
+    call). The last step is the launch rule, what a caller gets; where the Hopper kernel does not run (another GPU),
+    only the portable steps."""
+    portable = config_for(problem.batch, problem.max_model_len)
+    steps = [("chapter 3's kernel (exact)", "portable", "exact", kernel_fn(problem, "exact", portable)),
+             ("fp8 MMA", "portable", "fp8", kernel_fn(problem, "fp8", portable))]
+    if kernel_for(problem.block_size, problem.heads, problem.head_dim, problem.next_n) != "hopper":
+        return steps
+    whole_row = -(-problem.max_model_len // CHUNK) * CHUNK
+    rule = hopper_config(problem.batch, problem.next_n, problem.max_model_len)
+    return steps + [
+        ("TMA in plain Triton", "tl-tma", "fp8",
+         lambda: problem.call(tl_tma_logits, tokens_per_program=rule.tokens_per_program)),
+        ("Gluon: loader warp, 2-stage ring, a program per sequence", "hopper", "fp8",
+         kernel_fn(problem, "fp8", HopperConfig(whole_row, stages=2, maxnreg=rule.maxnreg))),
+        ("4-stage ring", "hopper", "fp8",
+         kernel_fn(problem, "fp8", HopperConfig(whole_row, stages=rule.stages, maxnreg=rule.maxnreg))),
+        ("split across the SMs (launch rule)", "hopper", "fp8", kernel_fn(problem, "fp8")),
+    ]
+
+
 def provenance() -> dict:
     import triton
 
@@ -89,12 +118,14 @@ def provenance() -> dict:
         except (OSError, subprocess.CalledProcessError):
             return None
 
-    # A copy of the tree without .git (a lent GPU machine) names its commit through the environment.
-    commit = git("rev-parse", "HEAD")
+    # A copy of the tree sent to a lent GPU machine names its commit through the environment (its own git
+    # metadata, where it has any, may name another).
+    named = os.environ.get("PRESHUFFLE_GIT_COMMIT")
+    commit = named or git("rev-parse", "HEAD")
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": commit or os.environ.get("PRESHUFFLE_GIT_COMMIT"),
-        "git_dirty": bool(git("status", "--porcelain")) if commit else None,
+        "git_commit": commit,
+        "git_dirty": None if named else bool(git("status", "--porcelain")) if commit else None,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton.__version__,
@@ -115,48 +146,78 @@ def _driver_version() -> str | None:
         return None
 
 
-def config_record(config: LaunchConfig | None) -> dict | None:
-    return asdict(config) if config else None
+def _jobs(shapes, variants):
+    """Every anchor shape on every cache; the next_n = 3 shapes on block64-normal, DeepGEMM's cache."""
+    return [(shape, name) for shape in shapes for name in variants
+            if shape.next_n <= 2 or name == "block64-normal"]
 
 
-PROGRAMS_PER_SM_SWEEP = (1, 2, 4, 8, 16)
-
-
-def run(shapes=ANCHOR_SHAPES, variants=tuple(VARIANTS), *, programs_per_sm=PROGRAMS_PER_SM_SWEEP,
-        torch_baseline: bool = True, fp8_mma: bool = True, on_row=None) -> dict:
-    """The whole measurement: copy ceiling, then for every shape and variant the reference check and the
-    time of each split (``programs_per_sm``), the vectorised PyTorch baseline where it fits, and, for the record,
-    the same kernel on fp8 tensor-core MMAs (faster, but outside the 1e-5 accuracy contract on Hopper)."""
+def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = True,
+        steps: bool = True, torch_baseline: bool = True, on_row=None) -> dict:
+    """The whole measurement: the copy ceiling, then for every shape and cache our kernel in both precisions;
+    on DeepGEMM's cache (block64-normal) also DeepGEMM (or, for next_n = 3, DeepGEMM on the flattened rows), the
+    splits beside the launch rule, the eager call, the host's time per call and a clean-L2 flush on
+    :data:`HOST_SHAPES`, chapter 5's ladder on :data:`LADDER_SHAPES`, and the vectorised PyTorch baseline where it
+    fits."""
     from tqdm.auto import tqdm
 
     timing.refuse_interpreter()
-    record = {"provenance": provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "rtol": RTOL, "rows": []}
+    dg = deepgemm.load() if against_deepgemm else None
+    record = {"provenance": provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "contracts": CONTRACTS,
+              "deepgemm": getattr(dg, "__version__", "imported") if dg else None, "rows": [], "host_us": []}
     ceiling = record["copy_bytes_per_s"]
-    jobs = [(shape, name) for shape in shapes for name in variants]
-    for shape, name in tqdm(jobs, desc="shapes x variants"):
+
+    def add(shape, name, **row):
+        row.update(shape=asdict(shape), variant=name)
+        record["rows"].append(row)
+        if on_row:
+            on_row(record, row)
+
+    for shape, name in tqdm(_jobs(shapes, variants), desc="shapes x caches"):
         block_size, layout = VARIANTS[name]
         problem = benchmark_problem(shape, block_size, layout)
-        rule = default_programs_per_sm(shape.batch)
-        splits = (rule, *(p for p in programs_per_sm if p != rule))
-        configs = [config_for(shape.batch, problem.max_model_len, programs_per_sm=pps) for pps in splits]
-        rows = [{"kind": "kernel", "programs_per_sm": pps, "rule": pps == rule, "config": config_record(config), **row}
-                for pps, config, row in zip(splits, configs,
-                                            measure_splits(problem, configs, copy_bytes_per_s=ceiling))]
-        if fp8_mma and name == "block64-normal":
-            for dot in ("fp8", "fp8-acc32"):
-                config = config_for(shape.batch, problem.max_model_len, dot=dot)
-                rows.append({"kind": f"kernel-{dot}-mma", "programs_per_sm": rule, "rule": True,
-                             "config": config_record(config),
-                             **measure(kernel_fn(problem, config), problem, copy_bytes_per_s=ceiling,
-                                       require_accuracy=False)})
-        if torch_baseline and name == "block64-normal" and torch_baseline_fits(shape):
-            rows.append({"kind": "torch", **measure(torch_fn(problem), problem, copy_bytes_per_s=ceiling,
-                                                    graph=False)})
-        for row in rows:
-            row.update(shape=asdict(shape), variant=name)
-            record["rows"].append(row)
-            if on_row:
-                on_row(record, row)
-        del problem
+        reference = problem.call(reference_and_magnitude)
+        kernel = kernel_for(block_size, problem.heads, problem.head_dim, shape.next_n)
+        rule_out = {}
+        for precision in PRECISIONS:
+            fn = kernel_fn(problem, precision)
+            add(shape, name, kernel=kernel, precision=precision, timing="graph", rule=True,
+                **measure(fn, problem, reference, precision=precision, copy_bytes_per_s=ceiling))
+            rule_out[precision] = fn()
+        if name == "block64-normal":
+            for pps in SPLITS if kernel == "hopper" else ():
+                config = hopper_config(shape.batch, shape.next_n, problem.max_model_len, programs_per_sm=pps)
+                add(shape, name, kernel="hopper", precision="fp8", timing="graph", rule=False, programs_per_sm=pps,
+                    config=asdict(config),
+                    **measure(kernel_fn(problem, "fp8", config), problem, reference, precision="fp8",
+                              copy_bytes_per_s=ceiling, checked=rule_out["fp8"]))
+            add(shape, name, kernel=kernel, precision="fp8", timing="eager", rule=True,
+                **measure(kernel_fn(problem, "fp8"), problem, reference, precision="fp8", copy_bytes_per_s=ceiling,
+                          graph=False))
+            if dg is not None:
+                direct = deepgemm.refusal(problem) is None
+                dg_problem = problem if direct else deepgemm.flattened(problem)
+                if deepgemm.refusal(dg_problem) is None:
+                    add(shape, name, kernel="deepgemm" if direct else "deepgemm-flattened", precision="fp8",
+                        timing="graph", **measure(deepgemm.logits_fn(dg, dg_problem), problem, reference,
+                                                  precision="fp8", copy_bytes_per_s=ceiling, masked=True))
+            if shape in HOST_SHAPES:
+                fn = kernel_fn(problem, "fp8")
+                record["host_us"].append({"shape": asdict(shape), "kernel": kernel, "us": timing.host_us(fn)})
+                add(shape, name, kernel=kernel, precision="fp8", timing="graph-clean-l2", rule=True,
+                    **measure(fn, problem, reference, precision="fp8", copy_bytes_per_s=ceiling, clean_l2=True))
+                if dg is not None and deepgemm.refusal(problem) is None:
+                    add(shape, name, kernel="deepgemm", precision="fp8", timing="graph-clean-l2",
+                        **measure(deepgemm.logits_fn(dg, problem), problem, reference, precision="fp8",
+                                  copy_bytes_per_s=ceiling, masked=True, clean_l2=True))
+            if steps and shape in LADDER_SHAPES:
+                for step, step_kernel, precision, fn in ladder(problem):
+                    add(shape, name, kernel=step_kernel, precision=precision, timing="graph", step=step,
+                        **measure(fn, problem, reference, precision=precision, copy_bytes_per_s=ceiling))
+            if torch_baseline and torch_baseline_fits(shape):
+                add(shape, name, kernel="torch", precision="exact", timing="eager",
+                    **measure(torch_fn(problem), problem, reference, precision="exact", copy_bytes_per_s=ceiling,
+                              graph=False))
+        del problem, reference, rule_out
         torch.cuda.empty_cache()
     return record

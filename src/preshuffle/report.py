@@ -1,15 +1,15 @@
-"""Reading a results file of ``python -m preshuffle bench``: the comparisons the performance chapter makes.
-Torch-free: it needs the file, the shapes and the recorded anchor figures, not the harness."""
+"""Reading a results file of ``python -m preshuffle bench``: the comparisons chapters 4 and 5 make, DeepGEMM's
+rows included (measured in the same run). Torch-free: it needs the file and the shapes, not the harness."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .anchors import DEEPGEMM_H200
 from .shapes import Shape
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
+BASE = "block64-normal"  # DeepGEMM's cache: where every implementation meets
 
 
 def load(path: str | Path = RESULTS / "h200.json") -> dict:
@@ -17,53 +17,96 @@ def load(path: str | Path = RESULTS / "h200.json") -> dict:
         return json.load(f)
 
 
-def rule_rows(record: dict, kind: str = "kernel") -> dict:
-    """(shape, variant) -> the timed row of ``kind`` whose split is the package's launch rule, i.e. what a
-    caller of ``fp8_paged_mqa_logits`` gets: a row flagged ``rule``, or one with no split at all."""
-    return {(Shape(**r["shape"]), r["variant"]): r for r in record["rows"]
-            if r["kind"] == kind and "us" in r and r.get("rule", r.get("programs_per_sm") is None)}
+def find(record: dict, shape: Shape, **match) -> dict | None:
+    """The timed row of ``shape`` whose fields equal ``match`` (kernel, precision, variant, timing, ...); rows of
+    the launch rule win over split sweeps and ladder steps. None when the run has none."""
+    match.setdefault("timing", "graph")
+    found = [r for r in record["rows"] if "us" in r and Shape(**r["shape"]) == shape
+             and all(r.get(k) == v for k, v in match.items())]
+    found.sort(key=lambda r: (not r.get("rule", False), r.get("step") is not None))
+    return found[0] if found else None
 
 
-def _ratio(us: dict, slow: str, *fast: str) -> float | None:
-    """us[slow] over the fastest of ``fast``; None when a run did not time them (a subset of variants)."""
-    if slow not in us or not any(f in us for f in fast):
-        return None
-    return us[slow] / min(us[f] for f in fast if f in us)
+def shapes(record: dict) -> list[Shape]:
+    """The shapes of a run, in the order they were measured."""
+    return list(dict.fromkeys(Shape(**r["shape"]) for r in record["rows"]))
+
+
+def _ours(record, shape, precision, variant=BASE, timing="graph"):
+    return find(record, shape, kernel=_our_kernel(record, shape, variant), precision=precision, variant=variant,
+                timing=timing, rule=True)
+
+
+def _our_kernel(record, shape, variant):
+    """Which of our kernels ran a cache (the Hopper kernel where it takes it, else the portable one)."""
+    for r in record["rows"]:
+        if Shape(**r["shape"]) == shape and r["variant"] == variant and r.get("rule") and r["kernel"] != "torch":
+            return r["kernel"]
+    return None
+
+
+def _div(a: dict | None, b: dict | None, key: str = "us") -> float | None:
+    return a[key] / b[key] if a and b else None
 
 
 def summary(record: dict) -> list[dict]:
-    """One row per shape: our best variant against DeepGEMM's recorded share, the variants against each other,
-    the PyTorch baseline and the fp8-MMA kernel."""
-    kernel = rule_rows(record)
-    extras = {kind: rule_rows(record, kind) for kind in ("torch", "kernel-fp8-mma", "kernel-fp8-acc32-mma")}
+    """One row per shape: our fp8 and exact paths on DeepGEMM's cache beside DeepGEMM (or DeepGEMM on the flattened
+    rows, for next_n = 3), the other caches against it, the eager call and the PyTorch baseline."""
     out = []
-    for shape in dict.fromkeys(s for s, _ in kernel):
-        us = {v: r["us"] for (s, v), r in kernel.items() if s == shape}
-        best = min(us, key=us.get)
-        row = kernel[(shape, best)]
-        torch_row = extras["torch"].get((shape, "block64-normal"))
-        fp8 = extras["kernel-fp8-mma"].get((shape, "block64-normal"))
-        recorded = DEEPGEMM_H200.get(shape)
+    for shape in shapes(record):
+        fp8, exact = _ours(record, shape, "fp8"), _ours(record, shape, "exact")
+        dg = find(record, shape, kernel="deepgemm", variant=BASE) or find(
+            record, shape, kernel="deepgemm-flattened", variant=BASE)
+        caches = {v: _ours(record, shape, "fp8", v) for v in ("block1", "block16-normal", "block16-shuffle",
+                                                             "block64-shuffle")}
+        eager = _ours(record, shape, "fp8", timing="eager")
+        torch_row = find(record, shape, kernel="torch", variant=BASE, timing="eager")
         out.append({
-            "shape": shape, "best": best, "us": row["us"], "gb_per_s": row["gb_per_s"], "pct_copy": row["pct_copy"],
-            "tflop_per_s": row["tflop_per_s"], "max_rel_error": row["max_rel_error"],
-            "flop_per_byte": row["tflop_per_s"] * 1e12 * row["us"] * 1e-6 / row["bytes"],
-            "deepgemm_pct": recorded.pct_copy if recorded else None,
-            "deepgemm_us": recorded.us if recorded else None,
-            "naive_triton_us_recorded": recorded.naive_triton_us if recorded else None,
-            "torch_us_recorded": recorded.torch_us if recorded else None,
-            "over_torch_recorded": recorded.torch_us / row["us"] if recorded and recorded.torch_us else None,
-            "us_by_variant": us,
-            "block16_over_block1": _ratio(us, "block1", "block16-normal", "block16-shuffle"),
-            "block64_over_block1": _ratio(us, "block1", "block64-normal", "block64-shuffle"),
-            "natural_over_shuffled_16": _ratio(us, "block16-shuffle", "block16-normal"),
-            "natural_over_shuffled_64": _ratio(us, "block64-shuffle", "block64-normal"),
-            "torch_us": torch_row["us"] if torch_row else None,
-            "over_torch": _ratio({**us, "torch": torch_row["us"]}, "torch", "block64-normal") if torch_row else None,
-            "fp8_mma_pct": fp8["pct_copy"] if fp8 else None,
-            "fp8_mma_error": fp8["max_rel_error"] if fp8 else None,
+            "shape": shape, "fp8_us": fp8 and fp8["us"], "fp8_pct": fp8 and fp8["pct_copy"],
+            "fp8_error": fp8 and fp8["max_rel_error"], "fp8_calc_diff": fp8 and fp8["calc_diff"],
+            "exact_us": exact and exact["us"], "exact_pct": exact and exact["pct_copy"],
+            "exact_error": exact and exact["max_rel_error"],
+            "deepgemm": dg and dg["kernel"], "deepgemm_us": dg and dg["us"], "deepgemm_pct": dg and dg["pct_copy"],
+            "deepgemm_error": dg and dg["max_rel_error"], "deepgemm_calc_diff": dg and dg["calc_diff"],
+            "fp8_over_deepgemm": _div(fp8, dg), "exact_over_deepgemm": _div(exact, dg),
+            "error_over_deepgemm": _div(fp8, dg, "max_rel_error"),
+            **{f"{v}_over_block64": _div(row, fp8) for v, row in caches.items()},
+            "eager_minus_graph_us": eager["us"] - fp8["us"] if eager and fp8 else None,
+            "torch_over_fp8": _div(torch_row, fp8),
         })
     return out
+
+
+def ladder(record: dict, shape: Shape) -> list[dict]:
+    """Chapter 5's steps on ``shape``, in order: step name, kernel, precision, time, share of the copy ceiling,
+    error."""
+    return [{"step": r["step"], "kernel": r["kernel"], "precision": r["precision"], "us": r["us"],
+             "pct_copy": r["pct_copy"], "max_rel_error": r["max_rel_error"]}
+            for r in record["rows"] if r.get("step") and "us" in r and Shape(**r["shape"]) == shape]
+
+
+def splits(record: dict, shape: Shape) -> dict[int, float]:
+    """Programs per SM -> time of the Hopper kernel's fp8 path on DeepGEMM's cache (the launch rule's sweep)."""
+    return {r["programs_per_sm"]: r["us"] for r in record["rows"] if "programs_per_sm" in r and "us" in r
+            and Shape(**r["shape"]) == shape}
+
+
+def clean_l2(record: dict) -> list[dict]:
+    """Each shape timed with a clean-L2 flush: ours and DeepGEMM, beside the default (dirty) flush."""
+    out = []
+    for shape in shapes(record):
+        ours = _ours(record, shape, "fp8", timing="graph-clean-l2")
+        if ours:
+            dg_clean = find(record, shape, kernel="deepgemm", variant=BASE, timing="graph-clean-l2")
+            dg = find(record, shape, kernel="deepgemm", variant=BASE)
+            out.append({"shape": shape, "ours_us": _ours(record, shape, "fp8")["us"], "ours_clean_us": ours["us"],
+                        "deepgemm_us": dg and dg["us"], "deepgemm_clean_us": dg_clean and dg_clean["us"]})
+    return out
+
+
+def host_us(record: dict) -> dict[Shape, float]:
+    """Host time of one unchecked call, per shape measured."""
+    return {Shape(**h["shape"]): h["us"] for h in record.get("host_us", [])}
 
 
 def _cell(value, width: int, fmt: str = ".1f", suffix: str = "") -> str:
@@ -71,16 +114,19 @@ def _cell(value, width: int, fmt: str = ".1f", suffix: str = "") -> str:
 
 
 def format_summary(rows: list[dict]) -> str:
-    header = (f"{'shape':28s} {'best variant':15s} {'us':>8s} {'%copy':>6s} {'DeepGEMM%':>9s} {'b16/b1':>7s} "
-              f"{'b64/b1':>7s} {'nat/shuf16':>10s} {'nat/shuf64':>10s} {'vs torch':>8s} {'fp8-MMA%':>8s}")
+    header = (f"{'shape':26s} {'fp8 us':>8s} {'%copy':>6s} {'exact us':>9s} {'DeepGEMM us':>11s} {'%copy':>6s} "
+              f"{'fp8/DG':>7s} {'exact/DG':>8s} {'err/DG err':>10s} {'b16/b64':>8s} {'b16s/b64':>8s} {'b1/b64':>7s}")
     lines = [header, "-" * len(header)]
     for r in rows:
+        dg_us = r["deepgemm_us"]
         lines.append(" ".join([
-            f"{r['shape'].label:28s} {r['best']:15s} {r['us']:8.1f} {r['pct_copy']:6.1f}",
-            _cell(r["deepgemm_pct"], 9, "d"), _cell(r["block16_over_block1"], 7, ".2f", "x"),
-            _cell(r["block64_over_block1"], 7, ".2f", "x"), _cell(r["natural_over_shuffled_16"], 10, ".2f", "x"),
-            _cell(r["natural_over_shuffled_64"], 10, ".2f", "x"), _cell(r["over_torch"], 8, ".0f", "x"),
-            _cell(r["fp8_mma_pct"], 8)]))
+            f"{r['shape'].label:26s}", _cell(r["fp8_us"], 8), _cell(r["fp8_pct"], 6), _cell(r["exact_us"], 9),
+            _cell(dg_us, 10) + ("*" if r["deepgemm"] == "deepgemm-flattened" else " "), _cell(r["deepgemm_pct"], 6),
+            _cell(r["fp8_over_deepgemm"], 7, ".2f", "x"), _cell(r["exact_over_deepgemm"], 8, ".2f", "x"),
+            _cell(r["error_over_deepgemm"], 10, ".2f", "x"), _cell(r["block16-normal_over_block64"], 8, ".2f", "x"),
+            _cell(r["block16-shuffle_over_block64"], 8, ".2f", "x"), _cell(r["block1_over_block64"], 7, ".2f", "x")]))
+    if any(r["deepgemm"] == "deepgemm-flattened" for r in rows):
+        lines.append("* DeepGEMM on the same rows flattened to next_n = 1 (its SM90 kernel takes next_n 1 or 2)")
     return "\n".join(lines)
 
 
@@ -88,16 +134,5 @@ def provenance_line(record: dict) -> str:
     p = record["provenance"]
     return (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
             f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}; copy ceiling "
-            f"{record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run")
-
-
-def format_recorded(rows: list[dict]) -> str:
-    """Our times beside the spec's recorded anchor run (same GPU model, the spec's own random inputs)."""
-    header = (f"{'shape':28s} {'ours us':>8s} {'DeepGEMM us':>11s} {'naive Triton us':>15s} {'torch us (ours)':>15s} "
-              f"{'torch us (spec)':>15s}")
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(" ".join([f"{r['shape'].label:28s} {r['us']:8.1f}", _cell(r["deepgemm_us"], 11),
-                               _cell(r["naive_triton_us_recorded"], 15), _cell(r["torch_us"], 15),
-                               _cell(r["torch_us_recorded"], 15)]))
-    return "\n".join(lines)
+            f"{record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run"
+            + (", DeepGEMM in the same process" if record.get("deepgemm") else ""))

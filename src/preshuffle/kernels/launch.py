@@ -1,6 +1,7 @@
-"""How a call of the portable kernel is cut into programs: :class:`LaunchConfig`, and the rule measured on the
-H200 that picks one for a shape.
+"""How a call is cut into programs: :class:`LaunchConfig` for the portable kernel, :class:`HopperConfig` for the
+Hopper kernel, and the rules measured on the H200 that pick one for a shape.
 
+Portable kernel:
 benchmarks/tune.py compared chunks of 64/128 positions, 4/8 warps and 1-6 pipeline stages on the anchor shapes
 (benchmarks/NOTES.md has the numbers): 64 positions, 4 warps, 5 stages was fastest on every shape (4 stages
 lose 7-20%, chunks of 128 lose 15-45%). What depends on the shape is how finely each sequence's row is split
@@ -67,3 +68,47 @@ def default_config(batch: int, max_model_len: int) -> LaunchConfig:
     if device.INTERPRETED:
         return LaunchConfig(CHUNK, triton.cdiv(max_model_len, CHUNK) * CHUNK)
     return config_for(batch, max_model_len)
+
+
+@dataclass(frozen=True)
+class HopperConfig:
+    """How one call of the Hopper kernel is cut: ``tokens_per_program`` positions per program (a multiple of 64),
+    a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
+    programs share an SM, and ptxas must fit the math warpgroup in it; the loader warp gets ``loader_regs``)."""
+
+    tokens_per_program: int
+    stages: int = 4
+    maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
+    loader_regs: int = 40
+
+    def __post_init__(self):
+        if self.tokens_per_program <= 0 or self.tokens_per_program % CHUNK:
+            raise ValueError(f"tokens_per_program must be a positive multiple of {CHUNK}, got {self.tokens_per_program}")
+        if not 2 <= self.stages <= 12:
+            raise ValueError(f"stages must be in [2, 12], got {self.stages}")
+
+
+def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
+    """Programs per SM for the Hopper kernel, from the H200 sweeps (benchmarks/NOTES.md): 2 for small batches (each
+    row split across SMs), 4 once two query rows share an MMA, 8 from 256 sequences; the exact path, whose fp16
+    MMAs take longer, wants 4 at 128 sequences and 2 again at 4096."""
+    if exact:
+        return 2 if batch < 128 or batch >= 1024 else 4 if batch < 256 else 8
+    if batch >= 256:
+        return 8
+    return 2 if next_n == 1 else 4
+
+
+def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False,
+                  programs_per_sm: int | None = None, stages: int = 4) -> HopperConfig:
+    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape."""
+    pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact)
+    chunks = triton.cdiv(max_model_len, CHUNK)
+    splits = max(1, min(chunks, triton.cdiv(pps * multiprocessor_count(), batch)))
+    return HopperConfig(triton.cdiv(chunks, splits) * CHUNK, stages, hopper_maxnreg(next_n, exact))
+
+
+def hopper_maxnreg(next_n: int, exact: bool) -> int:
+    """Registers a thread for the Hopper kernel: 80 fit one query row's fp8 accumulators (three programs an SM);
+    two rows, or the exact path's widened keys, need 128 (ptxas refuses fewer)."""
+    return 80 if next_n == 1 and not exact else 128

@@ -13,13 +13,18 @@ def refuse_interpreter() -> None:
         raise RuntimeError("refusing to time Triton's interpreter: interpreter timings are not kernel timings")
 
 
-def time_ms(fn, *, graph: bool = True, warmup: int = 25, rep: int = 100) -> float:
+def time_ms(fn, *, graph: bool = True, clean_l2: bool = False, warmup: int = 25, rep: int = 100) -> float:
     """Median milliseconds of ``fn`` by ``triton.testing.do_bench``, which flushes L2 before every run.
 
     With ``graph`` the call is captured once in a CUDA graph and its replays are timed, so the figure is the
-    kernel's, not Python's launch overhead (vLLM runs decode under CUDA graphs too)."""
+    kernel's, not Python's launch overhead (vLLM runs decode under CUDA graphs too). do_bench flushes by writing
+    zeros over a 256 MB buffer, which leaves L2 full of dirty lines that the timed kernel's reads must first write
+    back; ``clean_l2`` flushes by reading that buffer instead (L2 as cold for the kernel's data, but clean), to
+    measure what the write-backs cost."""
     refuse_interpreter()
     import triton.testing
+    from triton.runtime import driver
+
     if graph:
         fn()  # compile outside the capture
         torch.cuda.synchronize()
@@ -27,7 +32,32 @@ def time_ms(fn, *, graph: bool = True, warmup: int = 25, rep: int = 100) -> floa
         with torch.cuda.graph(g):
             fn()
         fn = g.replay
-    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    if not clean_l2:
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    active = driver.active
+    writing = active.clear_cache
+    active.clear_cache = lambda cache: cache.sum()
+    try:
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    finally:
+        active.clear_cache = writing
+
+
+def host_us(fn, calls: int = 100) -> float:
+    """Microseconds of host time per call of ``fn`` (what Python and the launcher cost, the GPU left to itself):
+    ``calls`` calls in a row, timed on the host, after a warm-up."""
+    refuse_interpreter()
+    import time
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
 
 
 def copy_bandwidth(nbytes: int = 4 << 30) -> float:

@@ -1,0 +1,83 @@
+"""The kernels' entry point: precision, which kernel runs where, and the unchecked fast path."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from preshuffle import device
+from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
+from preshuffle.testing.inputs import random_problem
+from preshuffle.testing.numeric import check_logits, meets_contract
+
+DEV = device.KERNEL_DEVICE
+
+
+@pytest.fixture
+def problem():
+    return random_problem([70, 129], next_n=2, block_size=16, layout="shuffle", seed=11, device=DEV)
+
+
+@pytest.fixture
+def on(monkeypatch):
+    """Pretend this process runs on a GPU of a given compute capability (for what is decided before a launch)."""
+    def use(capability, name):
+        monkeypatch.setattr(device, "current_support", lambda: device.kernel_support(capability, name))
+    return use
+
+
+@settings(max_examples=12)
+@given(precision=st.sampled_from(["exact", "fp8", None]), seed=st.integers(0, 2**16),
+       block_size=st.sampled_from([1, 16, 64]), next_n=st.integers(1, 3))
+def test_fp8_paged_mqa_logits_holds_the_contract_of_its_precision(precision, seed, block_size, next_n):
+    problem = random_problem([0, 37, 150], next_n=next_n, block_size=block_size, seed=seed, device=DEV)
+    out = torch.full((problem.batch * next_n, problem.max_model_len), float("nan"), device=DEV)
+    problem.call(fp8_paged_mqa_logits, precision=precision, out=out)
+    assert meets_contract(check_logits(out, problem), precision or device.current_support().default_precision)
+
+
+def test_fp8_paged_mqa_logits_refuses_an_unknown_precision(problem):
+    with pytest.raises(ValueError, match=r"precision must be one of \('exact', 'fp8'\), got 'fp16'"):
+        problem.call(fp8_paged_mqa_logits, precision="fp16")
+
+
+def test_fp8_paged_mqa_logits_names_what_the_gpu_lacks(problem, on):
+    on((8, 0), "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(ValueError, match=r"NVIDIA A100-SXM4-80GB \(sm80\) cannot run the fp8 kernel path: it lacks"):
+        problem.call(fp8_paged_mqa_logits, precision="fp8")
+
+
+def test_fp8_paged_mqa_logits_refuses_a_config_of_another_type(problem):
+    with pytest.raises(TypeError, match="config must be a LaunchConfig or a HopperConfig, got dict"):
+        problem.call(fp8_paged_mqa_logits, config={"chunk": 64})
+
+
+@pytest.mark.skipif(device.current_support().hopper, reason="this process runs the Hopper kernel")
+def test_fp8_paged_mqa_logits_refuses_a_hopper_config_without_hopper(problem):
+    with pytest.raises(ValueError, match="a HopperConfig needs an sm90 GPU"):
+        problem.call(fp8_paged_mqa_logits, config=HopperConfig(64))
+
+
+def test_kernel_for_picks_the_hopper_kernel_on_sm90_for_what_it_takes(on):
+    on((9, 0), "NVIDIA H200")
+    assert kernel_for(64, 64, 128, 1) == kernel_for(16, 32, 128, 4) == "hopper"
+    assert kernel_for(1, 64, 128, 1) == "portable"             # no TMA copy of a 132-byte page
+    assert kernel_for(64, 64, 128, 5) == "portable"            # more query rows than its accumulators
+    assert kernel_for(64, 64, 128, 1, LaunchConfig()) == "portable"
+    with pytest.raises(ValueError, match="the Hopper kernel cannot take this call: block_size 8 is not a multiple"):
+        kernel_for(8, 64, 128, 1, HopperConfig(64))
+
+
+@pytest.mark.parametrize("capability", [(8, 9), (10, 0), None])
+def test_kernel_for_picks_the_portable_kernel_elsewhere(on, capability):
+    on(capability, "a GPU")
+    assert kernel_for(64, 64, 128, 1) == "portable"
+
+
+def test_fp8_paged_mqa_logits_unchecked_repeat_matches_the_checked_call(problem):
+    checked = problem.call(fp8_paged_mqa_logits)
+    for _ in range(3):  # the first unchecked call compiles and keeps the launch, the others reuse it
+        out = problem.call(fp8_paged_mqa_logits, check_values=False)
+        assert torch.equal(out, checked)
+    again = torch.empty_like(checked)
+    problem.call(fp8_paged_mqa_logits, check_values=False, out=again)
+    assert torch.equal(again, checked)
