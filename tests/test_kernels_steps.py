@@ -3,7 +3,7 @@ import torch
 
 from preshuffle import device
 from preshuffle.kernels import LaunchConfig
-from preshuffle.kernels.steps import chunked_logits, one_block_logits, per_block_grid_logits
+from preshuffle.kernels.steps import chunked_logits, one_block_logits, per_block_grid_logits, portable_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref, logits_magnitude
 from preshuffle.testing.inputs import random_problem
 from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_logits, compare_logits
@@ -66,3 +66,18 @@ def test_chunked_logits_rejects_what_it_cannot_run(problem):
         random_problem([5], heads=8, device=DEV).call(chunked_logits)
     with pytest.raises(ValueError, match="config.dot must be 'fp16' .* got 'fp8'"):
         problem.call(chunked_logits, config=LaunchConfig(dot="fp8"))
+
+
+@pytest.mark.parametrize("block_size, layout, next_n", [(1, "normal", 1), (16, "shuffle", 3), (64, "normal", 2)])
+def test_portable_logits_matches_the_reference_with_its_rule_or_a_split(block_size, layout, next_n):
+    problem = random_problem([200, 70], next_n=next_n, heads=16, block_size=block_size, layout=layout, seed=13,
+                             device=DEV)
+    rule = problem.call(portable_logits)
+    verdict = check_logits(rule, problem)
+    assert verdict["same_inf_pattern"] and verdict["max_rel_error"] < RTOL, verdict
+    assert_bitwise_equal(rule, problem.call(portable_logits, config=LaunchConfig(64, 64)))
+
+
+def test_portable_logits_rejects_bad_input(problem):
+    with pytest.raises(TypeError, match="q must be an fp8 tensor"):
+        problem.replace(q=problem.q.float()).call(portable_logits)

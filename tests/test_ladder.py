@@ -44,20 +44,27 @@ def test_load_copies_only_figures_the_notes_record(loaded):
 
 def test_load_reads_the_last_version_from_the_final_sweep(loaded):
     final = loaded.rungs[-1]
-    rows = report.rule_rows(report.load())
-    assert final.figures and final.source.startswith("results/h200.json, commit 703f0c9")
+    record = report.load(report.RESULTS / "h200-portable-703f0c9.json")
+    assert final.figures and final.source.startswith("results/h200-portable-703f0c9.json, commit 703f0c9")
     for f in final.figures:
-        row = rows[(f.shape, "block64-normal")]
+        (row,) = [r for r in record["rows"] if r["kind"] == "kernel" and r["variant"] == "block64-normal"
+                  and r.get("rule") and Shape(**r["shape"]) == f.shape]
         assert (f.us, f.pct_copy) == (row["us"], row["pct_copy"])
+        assert f.pct_copy == pytest.approx(100 * row["bytes"] / (row["us"] * 1e-6) / record["copy_bytes_per_s"])
 
 
-def test_load_follows_figures_from_to_another_results_file(tmp_path):
+def test_load_follows_figures_from_to_the_rule_rows_of_that_file(tmp_path):
+    row = {"kind": "kernel", "variant": "block64-normal", "shape": {"batch": 64, "next_n": 2, "avg_ctx": 8192}}
+    record = {"provenance": {"git_commit": "abcdef0123", "date": "2027-01-02T03:04:05"}, "rows": [
+        {**row, "rule": True, "us": 50.0, "pct_copy": 33.0}, {**row, "rule": False, "us": 40.0, "pct_copy": 41.0},
+        {**row, "kind": "torch", "us": 900.0, "pct_copy": 2.0}]}
+    (tmp_path / "sweep.json").write_text(json.dumps(record))
     data = json.loads(Path(ladder.LADDER).read_text())
-    data["versions"][-1]["shapes"] = [{"batch": 64, "next_n": 2, "avg_ctx": 8192}]
-    path = tmp_path / "ladder.json"
-    path.write_text(json.dumps(data))
-    (f,) = ladder.load(path).rungs[-1].figures
-    assert f.shape == Shape(64, 2, 8192) and 60 < f.us < 70
+    data["versions"][-1].update(figures_from=str(tmp_path / "sweep.json"), shapes=[row["shape"]])
+    (tmp_path / "ladder.json").write_text(json.dumps(data))
+    final = ladder.load(tmp_path / "ladder.json").rungs[-1]
+    assert final.figures == (ladder.Figure(Shape(64, 2, 8192), 50.0, 33.0),)
+    assert final.source.endswith("sweep.json, commit abcdef0, 2027-01-02, block64-normal")
 
 
 def test_describe_says_when_an_idea_was_not_measured_separately(loaded):
@@ -67,7 +74,7 @@ def test_describe_says_when_an_idea_was_not_measured_separately(loaded):
     alone = loaded.describe("one-table-read")
     assert "not measured separately" not in alone and "time not recorded, 61% of the copy ceiling" in alone
     assert "tried and dropped" in loaded.describe("register-prefetch")
-    assert "results/h200.json" in loaded.describe("masked-next-n")
+    assert "results/h200-portable-703f0c9.json" in loaded.describe("masked-next-n")
 
 
 def test_rung_rejects_an_unknown_idea(loaded):

@@ -1,6 +1,7 @@
 """The ladder the portable kernel climbed on the H200: each version of benchmarks/NOTES.md, the ideas it added and
 its recorded share of the copy ceiling, read from ``results/h200-ladder-portable.json``; the last version's
-figures are read from the final sweep, ``results/h200.json``. Torch-free, like :mod:`preshuffle.report`.
+figures are read from the portable kernel's final sweep, ``results/h200-portable-703f0c9.json``. Torch-free, like
+:mod:`preshuffle.report`.
 """
 
 from __future__ import annotations
@@ -102,12 +103,12 @@ def _recorded(entry: dict) -> tuple[Figure, ...]:
 
 
 def _measured(entry: dict, record: dict) -> tuple[Figure, ...]:
-    rows = report.rule_rows(record)
-    figures = []
-    for shape in (Shape(**s) for s in entry["shapes"]):
-        row = rows[(shape, entry["variant"])]
-        figures.append(Figure(shape, row["us"], row["pct_copy"]))
-    return tuple(figures)
+    """The figures of ``entry["variant"]`` at ``entry["shapes"]`` in a sweep of the portable kernel (the format of
+    results/h200-portable-703f0c9.json): the kernel rows of the launch rule's split."""
+    rows = {Shape(**r["shape"]): r for r in record["rows"]
+            if r["kind"] == "kernel" and r["variant"] == entry["variant"] and r.get("rule")}
+    return tuple(Figure(shape, rows[shape]["us"], rows[shape]["pct_copy"]) for shape in
+                 (Shape(**s) for s in entry["shapes"]))
 
 
 def load(path: str | Path = LADDER) -> Ladder:

@@ -5,9 +5,10 @@ Step 1 scores one query row against the tokens of one natural-layout block. Step
 program per (sequence, block), which is the spec's "naive Triton" kernel (next_n = 1, no split of the work
 beyond blocks, the output pre-filled with -inf on the host).
 
-From step 3 on the chapter follows the ladder the kernel climbed on the H200 (benchmarks/NOTES.md).
+From step 3 on the chapter follows the ladder the portable kernel climbed on the H200 (benchmarks/NOTES.md).
 :func:`chunked_logits` is its first rungs: a program walks a run of one sequence's row in chunks (version 1),
-then three switches turn on the ideas of version 2 one at a time. The later rungs live in the package's kernel.
+then three switches turn on the ideas of version 2 one at a time. The later rungs live in the portable kernel
+itself, which :func:`portable_logits` runs on any device.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
 from ..contract import check_inputs
+from . import fp8_paged_mqa_logits
 from .launch import LaunchConfig, default_config
 
 import triton  # noqa: E402
@@ -210,3 +212,13 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
         KEYS_AS_A=keys_as_a, SCALE_AFTER_SUM=scale_after_sum, SCALES_AHEAD=scales_ahead,
         num_warps=config.num_warps, num_stages=config.num_stages)
     return out
+
+
+def portable_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
+                    config: LaunchConfig | None = None):
+    """Steps 8-11: the package's portable kernel (kernels/portable.py) with exact products, on any device, with
+    ``config`` or its launch rule. (On an sm90 GPU the entry point would otherwise run chapter 5's Hopper kernel.)"""
+    dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
+    config = config or default_config(dims.batch, max_model_len)
+    return fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=layout,
+                                precision="exact", config=config)
