@@ -180,21 +180,45 @@ def _shape_labels(rows: list[dict]) -> list[str]:
     return [r["shape"].label.replace(" next_n=", "/").replace(" ctx=", "/") for r in rows]
 
 
-def block_speedup_plot(rows: list[dict]):
-    """Speed-up of every variant over kernel block size 1, per shape (rows of report.summary)."""
-    variants = ["block1", "block16-normal", "block16-shuffle", "block64-normal", "block64-shuffle"]
-    speedups = {v: [r["us_by_variant"]["block1"] / r["us_by_variant"][v] for r in rows] for v in variants}
-    return grouped_bars(_shape_labels(rows), speedups, "speed-up over kernel block size 1",
-                        "Same data, five caches (B/next_n/ctx)", hline=1.0)
+def cache_cost_plot(rows: list[dict]):
+    """Each cache's time over DeepGEMM's (64-token natural blocks), fp8 path, per shape (rows of report.summary),
+    with the targets: 16-token blocks within 1.1x, kernel block size 1 within 1.5x."""
+    rows = [r for r in rows if r["block1_over_block64"] is not None]
+    caches = {"block 1": "block1", "block 16": "block16-normal", "block 16 preshuffled": "block16-shuffle",
+              "block 64 preshuffled": "block64-shuffle"}
+    fig = grouped_bars(_shape_labels(rows), {label: [r[f"{v}_over_block64"] for r in rows]
+                                             for label, v in caches.items()},
+                       "time / block 64 natural", "Same workload, other caches (B/next_n/ctx), fp8 path", hline=1.0)
+    ax = fig.axes[0]
+    for target, style in ((1.1, ":"), (1.5, "--")):
+        ax.axhline(target, color="red", linestyle=style, linewidth=0.8)
+    return fig
 
 
-def copy_share_plot(rows: list[dict]):
-    """Share of the copy ceiling: this kernel, the same kernel on fp8 MMAs, DeepGEMM's recorded figure."""
-    shares = {"this kernel (fp16 MMA, exact)": [r["pct_copy"] for r in rows],
-              "same kernel on fp8 MMA (error ~3e-4)": [r["fp8_mma_pct"] for r in rows],
-              "DeepGEMM 2.6.1 (recorded)": [r["deepgemm_pct"] for r in rows]}
-    return grouped_bars(_shape_labels(rows), shares, "% of the copy ceiling",
-                        "Share of the HBM copy ceiling (B/next_n/ctx)")
+def deepgemm_share_plot(rows: list[dict]):
+    """Share of the copy ceiling on DeepGEMM's cache: our fp8 and exact paths and DeepGEMM, all from one run."""
+    shares = {"ours, fp8": [r["fp8_pct"] for r in rows], "ours, exact": [r["exact_pct"] for r in rows],
+              "DeepGEMM (same run; * flattened rows)": [r["deepgemm_pct"] for r in rows]}
+    labels = [label + ("*" if r["deepgemm"] == "deepgemm-flattened" else "")
+              for label, r in zip(_shape_labels(rows), rows)]
+    return grouped_bars(labels, shares, "% of the copy ceiling", "Share of the HBM copy ceiling (B/next_n/ctx)")
+
+
+def hopper_ladder_plot(ladders: dict[str, list[dict]]):
+    """Chapter 5's ladder: each step's share of the copy ceiling, one panel per shape (rows of report.ladder)."""
+    fig, axes = plt.subplots(1, len(ladders), figsize=WIDE, sharey=True)
+    for ax, (label, steps) in zip(np.atleast_1d(axes), ladders.items()):
+        y = np.arange(len(steps))[::-1]
+        ax.barh(y, [s["pct_copy"] for s in steps], color=["tab:gray" if s["kernel"] != "hopper" else "tab:blue"
+                                                           for s in steps])
+        for yi, s in zip(y, steps):
+            ax.text(s["pct_copy"] + 1, yi, f"{s['us']:.0f} us", va="center", fontsize=7)
+        ax.set_yticks(y, [s["step"] for s in steps], fontsize=7)
+        ax.set_xlim(0, 110)
+        ax.set_xlabel("% of the copy ceiling")
+        ax.set_title(label, fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def ladder_plot(ladder):

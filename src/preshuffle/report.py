@@ -136,3 +136,49 @@ def provenance_line(record: dict) -> str:
             f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}; copy ceiling "
             f"{record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run"
             + (", DeepGEMM in the same process" if record.get("deepgemm") else ""))
+
+
+def format_ladder(steps: list[dict]) -> str:
+    lines = [f"{'step':58s} {'kernel':9s} {'us':>8s} {'%copy':>6s} {'error':>8s}"]
+    lines += [f"{s['step']:58s} {s['kernel']:9s} {s['us']:8.1f} {s['pct_copy']:6.1f} {s['max_rel_error']:8.1e}"
+              for s in steps]
+    return "\n".join(lines)
+
+
+def targets(record: dict) -> list[dict]:
+    """The Hopper issue's targets, each with the run's numbers and whether the run meets it."""
+    rows = {r["shape"]: r for r in summary(record)}
+    anchors = [rows[s] for s in rows if s.next_n <= 2]
+    next_n_1 = [r for r in anchors if r["shape"].next_n == 1]
+    host = host_us(record)
+    mtp = rows.get(Shape(64, 3, 8192))
+    small = [r for r in anchors if r["shape"] in host]
+
+    def worst(values):
+        return max(v for v in values if v is not None)
+
+    checks = [
+        ("fp8 path <= DeepGEMM's time on every anchor shape", worst(r["fp8_over_deepgemm"] for r in anchors), "<=", 1.0),
+        ("fp8 error <= 1.1x DeepGEMM's on the same inputs", worst(r["error_over_deepgemm"] for r in anchors), "<=",
+         1.1),
+        ("B=4096 ctx 8K: share of the copy ceiling >= 95%", rows[Shape(4096, 1, 8192)]["fp8_pct"], ">=", 95.0),
+        ("B=1 ctx 128K <= 9 us", rows[Shape(1, 1, 131072)]["fp8_us"], "<=", 9.0),
+        ("exact path <= 1.2x DeepGEMM on the next_n = 1 shapes", worst(r["exact_over_deepgemm"] for r in next_n_1),
+         "<=", 1.2),
+        ("block 16 natural <= 1.1x block 64", worst(r["block16-normal_over_block64"] for r in anchors), "<=", 1.1),
+        ("block 16 preshuffled <= 1.1x block 64", worst(r["block16-shuffle_over_block64"] for r in anchors), "<=",
+         1.1),
+        ("block 1 <= 1.5x block 64", worst(r["block1_over_block64"] for r in anchors), "<=", 1.5),
+        ("next_n = 3, B=64 ctx 8K: >= 2x faster than DeepGEMM on the flattened rows",
+         mtp and 1 / mtp["fp8_over_deepgemm"], ">=", 2.0),
+        ("eager call - graph replay <= 10 us at B=1 and B=64", worst(r["eager_minus_graph_us"] for r in small), "<=",
+         10.0),
+        ("host time of an unchecked call <= 10 us", worst(host.values()), "<=", 10.0),
+    ]
+    return [{"target": name, "value": value, "met": value is not None and (value <= limit if kind == "<=" else
+                                                                              value >= limit)}
+            for name, value, kind, limit in checks]
+
+
+def format_targets(checks: list[dict]) -> str:
+    return "\n".join(f"{'met ' if c['met'] else 'MISS'}  {c['target']}: {c['value']:.2f}" for c in checks)
