@@ -95,7 +95,7 @@ def test_report_imports_no_harness():
     assert reached == {"preshuffle.report", "preshuffle.shapes"}
 
 
-def test_ladder_imports_no_harness():
-    reached, imported = reached_from("preshuffle.ladder")
+def test_portable_ladder_imports_no_harness():
+    reached, imported = reached_from("preshuffle.portable_ladder")
     assert not harness(imported | reached)
-    assert reached == {"preshuffle.ladder", "preshuffle.report", "preshuffle.shapes"}
+    assert reached == {"preshuffle.portable_ladder", "preshuffle.report", "preshuffle.shapes"}

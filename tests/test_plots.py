@@ -6,14 +6,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from preshuffle import ladder, plots  # noqa: E402
+from preshuffle import plots, portable_ladder  # noqa: E402
 
 
-def test_ladder_plot_draws_a_bar_per_recorded_share():
-    loaded = ladder.load()
+def test_portable_ladder_plot_draws_a_bar_per_recorded_share():
+    loaded = portable_ladder.load()
     kept = [r for r in loaded.rungs if not r.dropped]
     expected = sorted(f.pct_copy for r in kept for f in r.figures if f.pct_copy is not None)
-    fig = plots.ladder_plot(loaded)
+    fig = plots.portable_ladder_plot(loaded)
     (ax,) = fig.axes
     heights = sorted(p.get_height() for p in ax.patches if not math.isnan(p.get_height()))
     assert heights == expected

@@ -221,8 +221,8 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
     return fig
 
 
-def ladder_plot(ladder):
-    """Share of the copy ceiling after each version the kernel kept (a :class:`preshuffle.ladder.Ladder`), one bar
+def portable_ladder_plot(ladder):
+    """Share of the copy ceiling after each version the kernel kept (a :class:`preshuffle.portable_ladder.Ladder`), one bar
     per recorded shape; no bar where the notes recorded no share."""
     rungs = [r for r in ladder.rungs if not r.dropped]
     groups = [f"version {r.version}\n" + "\n".join(r.ideas.values()) for r in rungs]

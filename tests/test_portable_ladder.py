@@ -1,4 +1,4 @@
-"""The kernel's ladder as committed: every figure copied from benchmarks/NOTES.md is there, the last version's are
+"""The portable kernel's ladder as committed: every figure copied from benchmarks/NOTES.md is there, the last version's are
 the final sweep's, and each step says honestly whether it was measured on its own."""
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from preshuffle import ladder, report
+from preshuffle import portable_ladder as ladder, report
 from preshuffle.shapes import Shape
 
 NOTES = Path(ladder.LADDER).parents[1] / "benchmarks" / "NOTES.md"
