@@ -124,3 +124,69 @@ def test_read_slots_gather_k_cache_allocate_k_cache_reject_bad_input():
         gather_k_cache(cache, torch.tensor([0.0]), 1)
     with pytest.raises(ValueError, match="num_blocks must be a positive int"):
         allocate_k_cache(0, 16)
+
+
+def test_write_k_cache_refuses_an_inference_cache_outside_inference_mode():
+    with torch.inference_mode():
+        cache = allocate_k_cache(2, 16)
+    with pytest.raises(ValueError, match=r"kv_cache was made under torch.inference_mode\(\)"):
+        write_k_cache(cache, torch.randn(3, 128), torch.tensor([0, 1, 2]))
+    assert cache.eq(0).all()
+    with torch.inference_mode():  # inside inference mode the same write is fine
+        write_k_cache(cache, torch.randn(3, 128), torch.tensor([0, 1, 2]))
+    assert cache.ne(0).any()
+
+
+def test_write_k_cache_refuses_k_on_another_device():
+    cache = allocate_k_cache(2, 16)
+    with pytest.raises(ValueError, match="k is on meta but kv_cache is on cpu"):
+        write_k_cache(cache, torch.randn(3, 128, device="meta"), torch.tensor([0, 1, 2]))
+    assert cache.eq(0).all()
+
+
+def test_write_k_cache_refuses_tensors_on_meta():
+    with pytest.raises(ValueError, match="kv_cache is on meta"):
+        write_k_cache(allocate_k_cache(2, 16, device="meta"), torch.randn(3, 128, device="meta"),
+                      torch.tensor([0, 1, 2]))
+    cache = allocate_k_cache(2, 16)
+    with pytest.raises(ValueError, match="slot_mapping is on meta"):
+        write_k_cache(cache, torch.randn(3, 128), torch.tensor([0, 1, 2], device="meta"))
+    assert cache.eq(0).all()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_write_k_cache_refuses_non_finite_keys(bad):
+    cache = allocate_k_cache(2, 16)
+    k = torch.randn(4, 128)
+    k[2, 77] = bad
+    with pytest.raises(ValueError, match=f"k must be finite, but token 2 holds {bad}"):
+        write_k_cache(cache, k, torch.tensor([0, 1, 2, 3]))
+    assert cache.eq(0).all()
+
+
+def test_write_k_cache_skips_non_finite_keys_it_does_not_write():
+    cache = allocate_k_cache(2, 16)
+    k = torch.randn(3, 128)
+    k[1] = float("nan")
+    write_k_cache(cache, k, torch.tensor([4, -1, 9]))
+    values, scales = read_slots(cache, torch.tensor([4, 9]))
+    expected_values, expected_scales = quantize_k(k[[0, 2]])
+    assert torch.equal(values.view(torch.uint8), expected_values.view(torch.uint8))
+    assert torch.equal(scales, expected_scales)
+
+
+def test_quantize_k_refuses_non_finite_keys():
+    k = torch.randn(3, 128, dtype=torch.bfloat16)
+    k[1, 0] = float("inf")
+    with pytest.raises(ValueError, match="k must be finite, but token 1 holds inf"):
+        quantize_k(k)
+
+
+def test_write_k_cache_takes_keys_that_require_grad():
+    leaf = torch.randn(3, 256, requires_grad=True)
+    cache = allocate_k_cache(2, 16)
+    write_k_cache(cache, leaf[:, 64:192], torch.tensor([5, 0, 31]))
+    values, scales = read_slots(cache, torch.tensor([5, 0, 31]))
+    expected_values, expected_scales = quantize_k(leaf.detach()[:, 64:192])
+    assert torch.equal(values.view(torch.uint8), expected_values.view(torch.uint8))
+    assert torch.equal(scales, expected_scales) and not scales.requires_grad

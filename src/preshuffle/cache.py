@@ -24,17 +24,37 @@ def fp8_max(fp8_dtype: torch.dtype) -> float:
     return FP8_MAX[fp8_dtype]
 
 
-def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, scale_fmt: str | None = None):
-    """Per-token FP8 quantisation: ``scale = max(amax, 1e-4) / fp8_max`` (a power of two, rounded up, with
-    ``scale_fmt="ue8m0"``); returns ``(fp8 values [T, D], fp32 scales [T])`` with ``values * scale ~= k``."""
+def _check_keys(k) -> None:
     if not isinstance(k, torch.Tensor) or k.dim() != 2:
         raise TypeError(f"k must be a 2-D tensor [num_tokens, head_dim], got {getattr(k, 'shape', type(k))}")
     if k.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise TypeError(f"k must be bfloat16, float16 or float32, got {k.dtype}")
+    if k.device.type == "meta":
+        raise ValueError("k is on meta: it holds no values to quantise")
+
+
+def _check_finite(k: torch.Tensor, written: torch.Tensor | None = None) -> None:
+    """Refuse a NaN or Inf in any token of ``k`` (only those where ``written``, when given)."""
+    bad = ~torch.isfinite(k).all(dim=1)
+    if written is not None:
+        bad &= written
+    if bad.any():
+        token = int(bad.nonzero()[0, 0])
+        value = k[token][~torch.isfinite(k[token])][0].item()
+        raise ValueError(f"k must be finite, but token {token} holds {value}: its scale would be NaN")
+
+
+def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, scale_fmt: str | None = None):
+    """Per-token FP8 quantisation: ``scale = max(amax, 1e-4) / fp8_max`` (a power of two, rounded up, with
+    ``scale_fmt="ue8m0"``); returns ``(fp8 values [T, D], fp32 scales [T])`` with ``values * scale ~= k``.
+
+    A NaN or Inf in ``k`` raises ``ValueError`` naming the token (vLLM would quantise it into a NaN scale)."""
+    _check_keys(k)
     if scale_fmt not in SCALE_FORMATS:
         raise ValueError(f"scale_fmt must be one of {SCALE_FORMATS}, got {scale_fmt!r}")
     top = fp8_max(fp8_dtype)
-    k = k.float()
+    _check_finite(k)
+    k = k.detach().float()
     scale = k.abs().amax(dim=-1).clamp(min=SCALE_FLOOR) / top
     if scale_fmt == "ue8m0":
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
@@ -62,6 +82,8 @@ def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
         raise ValueError(f"kv_cache's last dim must be head_dim + 4 with head_dim a multiple of 16, got {shape[-1]}")
     if not kv_cache.is_contiguous():
         raise ValueError("kv_cache must be contiguous: its blocks are addressed as flat bytes")
+    if kv_cache.device.type == "meta":
+        raise ValueError("kv_cache is on meta: it holds no bytes to read or write")
     return shape[0], shape[1], shape[-1] - SCALE_BYTES
 
 
@@ -74,16 +96,29 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
                   scale_fmt: str | None = None, fp8_dtype: torch.dtype = torch.float8_e4m3fn) -> None:
     """Quantise ``k [T, D]`` and scatter token i to slot ``slot_mapping[i]`` (-1 skips it), in place.
 
-    Every argument is checked before a byte is written."""
+    All or nothing: every argument is checked, and the whole write prepared, before one indexed store changes
+    the cache. ``k`` must be on the cache's device; ``slot_mapping`` may be on any device that holds values.
+    Keys must be finite: a NaN or Inf in a token that would be written raises ``ValueError`` naming the token
+    (vLLM's writer would store a NaN scale and garbage values; a workbook should say so instead). Tokens with
+    slot -1 are not looked at."""
     num_blocks, block_size, head_dim = cache_geometry(kv_cache)
+    if kv_cache.is_inference() and not torch.is_inference_mode_enabled():
+        # torch would raise this only after the indexed store has written its bytes.
+        raise ValueError("kv_cache was made under torch.inference_mode() and can only be written inside it: "
+                         "write inside torch.inference_mode(), or pass kv_cache.clone()")
     check_layout(layout)
     if layout == "shuffle":
         check_shuffle_geometry(block_size, head_dim)
     if not isinstance(k, torch.Tensor) or k.dim() != 2 or k.shape[1] != head_dim:
         raise ValueError(f"k must be [num_tokens, {head_dim}] to match the cache, got "
                          f"{list(getattr(k, 'shape', []))}")
+    if k.device != kv_cache.device:
+        raise ValueError(f"k is on {k.device} but kv_cache is on {kv_cache.device}: pass k on {kv_cache.device}")
+    _check_keys(k)
     if not isinstance(slot_mapping, torch.Tensor) or slot_mapping.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"slot_mapping must be an int32/int64 tensor, got {getattr(slot_mapping, 'dtype', None)}")
+    if slot_mapping.device.type == "meta":
+        raise ValueError("slot_mapping is on meta: it holds no slots")
     if slot_mapping.shape != (k.shape[0],):
         raise ValueError(f"slot_mapping must be [{k.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
     slots = slot_mapping.to(torch.int64).cpu()
@@ -95,17 +130,18 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
     keep = slots >= 0
     if torch.unique(slots[keep]).numel() != int(keep.sum()):
         raise ValueError("slot_mapping writes one slot twice")
-    values, scales = quantize_k(k, fp8_dtype=fp8_dtype, scale_fmt=scale_fmt)
-
     device = kv_cache.device
     keep = keep.to(device)
+    _check_finite(k, keep)
+    values, scales = quantize_k(k[keep], fp8_dtype=fp8_dtype, scale_fmt=scale_fmt)
+
+    # One store of each written token's 132 bytes: values at their layout's offsets, then its scale.
     slots = slots.to(device)[keep]
     block, token = slots // block_size, slots % block_size
-    flat = _flat_blocks(kv_cache)
     value_offsets = offset_map(block_size, head_dim, layout).to(device)[token]
-    flat[block.unsqueeze(1), value_offsets] = values[keep].view(torch.uint8)
     scale_offsets = block_size * head_dim + SCALE_BYTES * token.unsqueeze(1) + torch.arange(SCALE_BYTES, device=device)
-    flat[block.unsqueeze(1), scale_offsets] = scales[keep].contiguous().view(torch.uint8).view(-1, SCALE_BYTES)
+    record = torch.cat([values.view(torch.uint8), scales.unsqueeze(1).view(torch.uint8)], dim=1)
+    _flat_blocks(kv_cache)[block.unsqueeze(1), torch.cat([value_offsets, scale_offsets], dim=1)] = record
 
 
 def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "normal",
