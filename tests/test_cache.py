@@ -1,8 +1,11 @@
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from preshuffle.cache import allocate_k_cache, gather_k_cache, quantize_k, read_slots, write_k_cache
+from preshuffle.cache import (
+    allocate_k_cache, gather_k_cache, quantize_k, read_slots, sequence_slots, write_k_cache,
+)
 
 
 @pytest.mark.parametrize("amax, scale", [(1.0, 2.0**-8), (448.0, 1.0), (0.0, 2.0**-22)])
@@ -190,3 +193,65 @@ def test_write_k_cache_takes_keys_that_require_grad():
     expected_values, expected_scales = quantize_k(leaf.detach()[:, 64:192])
     assert torch.equal(values.view(torch.uint8), expected_values.view(torch.uint8))
     assert torch.equal(scales, expected_scales) and not scales.requires_grad
+
+
+def test_allocate_k_cache_takes_numpy_ints():
+    assert allocate_k_cache(np.int64(3), np.int32(16), np.int64(64)).shape == (3, 16, 1, 68)
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    (dict(num_blocks=2.0), TypeError, "num_blocks must be a positive int, got float 2.0"),
+    (dict(block_size=True), TypeError, "block_size must be a positive int, got bool True"),
+    (dict(head_dim=100), ValueError, "head_dim must be a multiple of 16, got 100"),
+    (dict(device="nonsense"), ValueError, "device must name a torch device, got 'nonsense'"),
+    (dict(num_blocks=2**40), ValueError, f"a cache of {2**40} blocks of 16 tokens .* cannot be allocated on cpu"),
+    (dict(num_blocks=2**62), ValueError, "cannot be allocated on cpu"),
+])
+def test_allocate_k_cache_bad_arguments(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        allocate_k_cache(**{"num_blocks": 2, "block_size": 16, **kwargs})
+
+
+@pytest.mark.parametrize("slots, exc, message", [
+    ([1], TypeError, "slots must be an int32/int64 tensor, got list"),
+    (torch.tensor([1.7]), TypeError, "slots must be an int32/int64 tensor, got torch.float32"),
+    (torch.tensor([True]), TypeError, "slots must be an int32/int64 tensor, got torch.bool"),
+    (torch.tensor([1], device="meta"), ValueError, "slots is on meta"),
+])
+def test_read_slots_bad_slots(slots, exc, message):
+    with pytest.raises(exc, match=message):
+        read_slots(allocate_k_cache(2, 16), slots)
+
+
+def test_read_slots_refuses_a_meta_cache():
+    with pytest.raises(ValueError, match="kv_cache is on meta"):
+        read_slots(allocate_k_cache(2, 16, device="meta"), torch.tensor([1]))
+
+
+@pytest.mark.parametrize("num_tokens, exc, message", [
+    (2.5, TypeError, "num_tokens must be a non-negative int, got float 2.5"),
+    (True, TypeError, "num_tokens must be a non-negative int, got bool"),
+    ("3", TypeError, "num_tokens must be a non-negative int, got str"),
+    (-1, ValueError, "num_tokens must be a non-negative int, got -1"),
+])
+def test_gather_k_cache_bad_num_tokens(num_tokens, exc, message):
+    with pytest.raises(exc, match=message):
+        gather_k_cache(allocate_k_cache(2, 16), torch.tensor([0, 1]), num_tokens)
+
+
+def test_gather_k_cache_takes_a_numpy_num_tokens():
+    assert gather_k_cache(allocate_k_cache(2, 16), torch.tensor([1, 0]), np.int64(20))[1].shape == (20,)
+
+
+def test_sequence_slots_bad_arguments():
+    table = torch.tensor([3, 1])
+    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+        sequence_slots(table, 3, 0)
+    with pytest.raises(ValueError, match="num_tokens 40 is beyond the block table's 2 blocks of 16"):
+        sequence_slots(table, 40, 16)
+    with pytest.raises(TypeError, match="block_table must be int32/int64"):
+        sequence_slots(table.float(), 3, 16)
+    # A negative id would turn into slot -1, which the writer reads as "skip this token".
+    with pytest.raises(ValueError, match="block_table holds block id -1 at index 1"):
+        sequence_slots(torch.tensor([0, -1]), 2, 1)
+    assert sequence_slots(torch.tensor([3, -1]), 16, 16).tolist() == list(range(48, 64))  # the unread tail is free

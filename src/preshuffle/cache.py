@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import non_negative_int, positive_int
 from .layout import check_layout, check_shuffle_geometry, offset_map
 
 SCALE_BYTES = 4
@@ -64,10 +65,21 @@ def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn,
 
 def allocate_k_cache(num_blocks: int, block_size: int, head_dim: int = 128, device=None) -> torch.Tensor:
     """A zeroed uint8 cache ``[num_blocks, block_size, 1, head_dim + 4]``."""
-    for name, value in (("num_blocks", num_blocks), ("block_size", block_size), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return torch.zeros((num_blocks, block_size, 1, head_dim + SCALE_BYTES), dtype=torch.uint8, device=device)
+    num_blocks, block_size, head_dim = (positive_int(v, name) for v, name in (
+        (num_blocks, "num_blocks"), (block_size, "block_size"), (head_dim, "head_dim")))
+    if head_dim % 16:
+        raise ValueError(f"head_dim must be a multiple of 16, got {head_dim}")
+    try:
+        device = torch.device(device) if device is not None else torch.get_default_device()
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must name a torch device, got {device!r}") from exc
+    shape = (num_blocks, block_size, 1, head_dim + SCALE_BYTES)
+    try:
+        return torch.zeros(shape, dtype=torch.uint8, device=device)
+    except RuntimeError as exc:  # too large for the device, or for a size in int64
+        raise ValueError(f"a cache of {num_blocks} blocks of {block_size} tokens "
+                         f"({num_blocks * block_size * (head_dim + SCALE_BYTES)} bytes) cannot be allocated on "
+                         f"{device}: {exc}") from exc
 
 
 def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
@@ -90,6 +102,13 @@ def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
 def _flat_blocks(kv_cache: torch.Tensor) -> torch.Tensor:
     num_blocks = kv_cache.shape[0]
     return kv_cache.view(num_blocks, -1)
+
+
+def _check_index_tensor(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be an int32/int64 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on meta: it holds no values")
 
 
 def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.Tensor, *, layout: str = "normal",
@@ -115,10 +134,7 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
     if k.device != kv_cache.device:
         raise ValueError(f"k is on {k.device} but kv_cache is on {kv_cache.device}: pass k on {kv_cache.device}")
     _check_keys(k)
-    if not isinstance(slot_mapping, torch.Tensor) or slot_mapping.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"slot_mapping must be an int32/int64 tensor, got {getattr(slot_mapping, 'dtype', None)}")
-    if slot_mapping.device.type == "meta":
-        raise ValueError("slot_mapping is on meta: it holds no slots")
+    _check_index_tensor(slot_mapping, "slot_mapping")
     if slot_mapping.shape != (k.shape[0],):
         raise ValueError(f"slot_mapping must be [{k.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
     slots = slot_mapping.to(torch.int64).cpu()
@@ -152,6 +168,7 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
     if layout == "shuffle":
         check_shuffle_geometry(block_size, head_dim)
     fp8_max(fp8_dtype)
+    _check_index_tensor(slots, "slots")
     slots = slots.to(torch.int64).to(kv_cache.device)
     if slots.numel() and (slots.min() < 0 or slots.max() >= num_blocks * block_size):
         raise ValueError(f"slots must be in [0, {num_blocks * block_size}), got range "
@@ -167,9 +184,26 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
 
 
 def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) -> torch.Tensor:
-    """int64 slots of positions ``0 .. num_tokens-1`` of one sequence: ``table[p // B] * B + p % B``."""
+    """int64 slots of positions ``0 .. num_tokens-1`` of one sequence: ``table[p // B] * B + p % B``.
+
+    The block ids those positions read must be non-negative; the table's tail past them may hold anything."""
+    block_size = positive_int(block_size, "block_size")
+    num_tokens = non_negative_int(num_tokens, "num_tokens")
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 1:
+        raise ValueError("block_table must be a 1-D tensor of kernel block ids")
+    if block_table.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"block_table must be int32/int64, got {block_table.dtype}")
+    _check_index_tensor(block_table, "block_table")
+    if num_tokens > block_table.numel() * block_size:
+        raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
+                         f"{block_table.numel()} blocks of {block_size}")
+    read = block_table[:-(-num_tokens // block_size)].to(torch.int64)
+    if (read < 0).any():
+        index = int((read < 0).nonzero()[0, 0])
+        raise ValueError(f"block_table holds block id {int(read[index])} at index {index}, which position "
+                         f"{index * block_size} reads: block ids are >= 0")
     positions = torch.arange(num_tokens, device=block_table.device)
-    return block_table.to(torch.int64)[positions // block_size] * block_size + positions % block_size
+    return read[positions // block_size] * block_size + positions % block_size
 
 
 def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, *, layout: str = "normal",
@@ -177,12 +211,5 @@ def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens
     """Positions ``0 .. num_tokens-1`` of one sequence, read through its block table ``[max_blocks]``:
     natural fp8 values ``[num_tokens, D]`` and fp32 scales ``[num_tokens]``."""
     _, block_size, _ = cache_geometry(kv_cache)
-    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 1:
-        raise ValueError("block_table must be a 1-D tensor of kernel block ids")
-    if block_table.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"block_table must be int32/int64, got {block_table.dtype}")
-    if not 0 <= num_tokens <= block_table.numel() * block_size:
-        raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
-                         f"{block_table.numel()} blocks of {block_size}")
     return read_slots(kv_cache, sequence_slots(block_table, num_tokens, block_size), layout=layout,
                       fp8_dtype=fp8_dtype)
