@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from preshuffle.cache import (
     allocate_k_cache, gather_k_cache, quantize_k, read_slots, sequence_slots, write_k_cache,
@@ -255,3 +255,86 @@ def test_sequence_slots_bad_arguments():
     with pytest.raises(ValueError, match="block_table holds block id -1 at index 1"):
         sequence_slots(torch.tensor([0, -1]), 2, 1)
     assert sequence_slots(torch.tensor([3, -1]), 16, 16).tolist() == list(range(48, 64))  # the unread tail is free
+
+
+def _one_written(args, draw):
+    written = (args["slot_mapping"] >= 0).nonzero()[:, 0]
+    return int(written[draw(st.integers(0, written.numel() - 1))])
+
+
+def _with_key(args, draw, value):
+    k = args["k"].clone()
+    k[_one_written(args, draw), draw(st.integers(0, k.shape[1] - 1))] = value
+    return {"k": k}
+
+
+def _with_slot(args, value):
+    slots = args["slot_mapping"].clone()
+    slots[-1] = value
+    return {"slot_mapping": slots}
+
+
+def _written_twice(args, draw):
+    """A second token, with the same key, for the slot of a written one."""
+    i = _one_written(args, draw)
+    return {"k": torch.cat([args["k"], args["k"][i:i + 1]]),
+            "slot_mapping": torch.cat([args["slot_mapping"], args["slot_mapping"][i:i + 1]])}
+
+
+def _inference_copy(cache):
+    with torch.inference_mode():
+        return cache.clone()
+
+
+# Each change makes a valid call invalid, whatever else is changed with it. They apply in this order: first
+# those that pick a written token or slot, last those that turn a tensor into a list; the inference copy of the
+# cache after its other changes, so that it is the tensor a write would change.
+BAD_WRITES = {
+    "k NaN": lambda a, draw: _with_key(a, draw, float("nan")),
+    "k Inf": lambda a, draw: _with_key(a, draw, draw(st.sampled_from([float("inf"), -float("inf")]))),
+    "slot twice": _written_twice,
+    "slot past the cache": lambda a, draw: _with_slot(a, a["kv_cache"].shape[0] * a["kv_cache"].shape[1]
+                                                      + draw(st.integers(0, 2**40))),
+    "slot below -1": lambda a, draw: _with_slot(a, -2 - draw(st.integers(0, 2**40))),
+    "k float64": lambda a, draw: {"k": a["k"].double()},
+    "k int32": lambda a, draw: {"k": a["k"].to(torch.int32)},
+    "k head_dim": lambda a, draw: {"k": a["k"][:, :64]},
+    "k 3-D": lambda a, draw: {"k": a["k"][None]},
+    "k on meta": lambda a, draw: {"k": a["k"].to("meta")},
+    "slots float": lambda a, draw: {"slot_mapping": a["slot_mapping"].float()},
+    "slots bool": lambda a, draw: {"slot_mapping": a["slot_mapping"] >= 0},
+    "slots on meta": lambda a, draw: {"slot_mapping": a["slot_mapping"].to("meta")},
+    "slots 2-D": lambda a, draw: {"slot_mapping": a["slot_mapping"][None]},
+    "layout": lambda a, draw: {"layout": draw(st.sampled_from(["tiled", None, "NORMAL"]))},
+    "scale_fmt": lambda a, draw: {"scale_fmt": draw(st.sampled_from(["e8m0", "ue8m0 ", 1]))},
+    "fp8_dtype": lambda a, draw: {"fp8_dtype": draw(st.sampled_from([torch.float16, torch.float8_e5m2, "fp8"]))},
+    "cache int8": lambda a, draw: {"kv_cache": a["kv_cache"].view(torch.int8)},
+    "cache 5-D": lambda a, draw: {"kv_cache": a["kv_cache"][None]},
+    "cache strided": lambda a, draw: {"kv_cache": a["kv_cache"].view(-1, 1, 1, 132)[::2]},
+    "cache inference": lambda a, draw: {"kv_cache": _inference_copy(a["kv_cache"])},
+    "k list": lambda a, draw: {"k": [[1.0] * 128] * len(a["k"])},
+    "slots list": lambda a, draw: {"slot_mapping": list(range(len(a["slot_mapping"])))},
+}
+
+
+@settings(max_examples=150)
+@given(st.sampled_from([8, 16, 32]), st.integers(1, 4), st.integers(0, 2**16), st.data())
+def test_write_k_cache_bad_arguments_leave_every_cache_byte_identical(block_size, num_blocks, seed, data):
+    g = torch.Generator().manual_seed(seed)
+    cache = torch.randint(0, 256, (num_blocks, block_size, 1, 132), generator=g, dtype=torch.uint8)
+    n = data.draw(st.integers(1, num_blocks * block_size))
+    slots = torch.randperm(num_blocks * block_size, generator=g)[:n]
+    skipped = torch.rand(n, generator=g) < 0.3
+    skipped[int(torch.randint(n, (1,), generator=g))] = False  # at least one token is written
+    args = {"kv_cache": cache, "k": torch.randn(n, 128, generator=g) * 3,
+            "slot_mapping": slots.masked_fill(skipped, -1),
+            "layout": "shuffle" if block_size % 16 == 0 and seed % 2 else "normal"}
+    names = sorted(BAD_WRITES) + (["shuffle of 8-token blocks"] if block_size % 16 else [])
+    changes = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+    for name in [name for name in [*BAD_WRITES, "shuffle of 8-token blocks"] if name in changes]:
+        args.update({"layout": "shuffle"} if name == "shuffle of 8-token blocks" else BAD_WRITES[name](args, data.draw))
+    targets = [cache] + ([args["kv_cache"]] if args["kv_cache"].is_inference() else [])
+    before = [t.clone() for t in targets]
+    with pytest.raises((ValueError, TypeError)):
+        write_k_cache(**args)
+    assert all(torch.equal(t, b) for t, b in zip(targets, before)), changes
