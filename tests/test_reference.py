@@ -49,3 +49,10 @@ def test_reference_and_magnitude_is_the_reference_and_logits_magnitude():
     assert_bitwise_equal(magnitude, problem.call(logits_magnitude))
     finite = torch.isfinite(ref)
     assert (magnitude[finite] >= ref[finite].abs()).all() and (magnitude[finite] > 0).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float64", None])
+def test_fp8_paged_mqa_logits_ref_refuses_a_dtype_that_is_not_floating(dtype):
+    problem = random_problem([5], heads=16, seed=0)
+    with pytest.raises(TypeError, match="dtype must be a floating-point torch.dtype"):
+        problem.call(fp8_paged_mqa_logits_ref, dtype=dtype)

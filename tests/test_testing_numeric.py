@@ -73,3 +73,19 @@ def test_check_repeatable_runs_until_a_run_differs():
     assert len(calls) == 3
     with pytest.raises(ValueError, match="runs must be at least 2"):
         check_repeatable(drifting, runs=1)
+
+
+def test_compare_logits_bad_arguments():
+    ref = torch.zeros(2, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"magnitude has shape \[3\], the reference \[2, 3\]"):
+        compare_logits(ref, ref, ref[0])
+    with pytest.raises(TypeError, match="out must be a tensor, got list"):
+        compare_logits(ref.tolist(), ref, ref)
+
+
+def test_calc_diff_refuses_shapes_that_differ():
+    x = torch.randn(2, 3)
+    with pytest.raises(ValueError, match=r"x has shape \[3\] but y \[2, 3\]"):
+        calc_diff(x[0], x)
+    with pytest.raises(TypeError, match="x must be a tensor, got list"):
+        calc_diff([1.0], x)

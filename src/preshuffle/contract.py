@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .arguments import positive_int
 from .cache import FP8_MAX, cache_geometry
 from .layout import check_layout, check_shuffle_geometry
 
@@ -42,6 +43,8 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     if q.dim() != 4:
         raise ValueError(f"q must be [batch, next_n, heads, head_dim], got {list(q.shape)}")
     batch, next_n, heads, head_dim = q.shape
+    if next_n == 0:
+        raise ValueError(f"q must have next_n >= 1, got {list(q.shape)}")
     num_blocks, block_size, cache_dim = cache_geometry(kv_cache)
     if cache_dim != head_dim:
         raise ValueError(f"kv_cache holds head_dim {cache_dim} but q has head_dim {head_dim}")
@@ -62,8 +65,7 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
         raise TypeError(f"block_tables must be an int32 tensor, got {getattr(block_tables, 'dtype', None)}")
     if block_tables.dim() != 2 or block_tables.shape[0] != batch:
         raise ValueError(f"block_tables must be [batch, max_blocks] with batch {batch}, got {list(block_tables.shape)}")
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len <= 0:
-        raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
+    max_model_len = positive_int(max_model_len, "max_model_len")
     devices = {t.device for t in (q, kv_cache, weights, context_lens, block_tables)}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")

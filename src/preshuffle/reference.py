@@ -47,6 +47,8 @@ def fp8_paged_mqa_logits_ref(q, kv_cache, weights, context_lens, block_tables, m
     """The spec's semantics in plain PyTorch, one sequence at a time, computed in ``dtype``.
 
     Returns fp32 ``[B * next_n, max_model_len]`` when ``dtype`` is float32, else ``dtype``."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     return _reference(q, kv_cache, [weights], context_lens, block_tables, max_model_len, layout, dtype)[0]
 
 

@@ -81,6 +81,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     device.require_precision(precision, support)
     dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
                         check_values=check_values)
+    max_model_len = dims.max_model_len  # a plain int, whatever integer type the caller passed
     if config is not None and not isinstance(config, (LaunchConfig, HopperConfig)):
         raise TypeError(f"config must be a LaunchConfig or a HopperConfig, got {type(config).__name__}")
     if kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config) == "portable":
