@@ -338,3 +338,12 @@ def test_write_k_cache_bad_arguments_leave_every_cache_byte_identical(block_size
     with pytest.raises((ValueError, TypeError)):
         write_k_cache(**args)
     assert all(torch.equal(t, b) for t, b in zip(targets, before)), changes
+
+
+@pytest.mark.parametrize("shape", [(0, 16, 1, 132), (2, 0, 1, 132), (0, 16, 132)])
+def test_cache_functions_refuse_a_cache_without_blocks_or_tokens(shape):
+    cache = torch.zeros(shape, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"kv_cache must hold at least one block of at least one token"):
+        write_k_cache(cache, torch.randn(0, 128), torch.tensor([], dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"kv_cache must hold at least one block of at least one token"):
+        read_slots(cache, torch.tensor([], dtype=torch.int64))

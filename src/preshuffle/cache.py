@@ -90,6 +90,8 @@ def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
     if not (len(shape) == 4 and shape[2] == 1 or len(shape) == 3):
         raise ValueError(f"kv_cache must be [num_blocks, block_size, 1, head_dim + 4] or "
                          f"[num_blocks, block_size, head_dim + 4], got {list(shape)}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(f"kv_cache must hold at least one block of at least one token, got {list(shape)}")
     if shape[-1] <= SCALE_BYTES or (shape[-1] - SCALE_BYTES) % 16:
         raise ValueError(f"kv_cache's last dim must be head_dim + 4 with head_dim a multiple of 16, got {shape[-1]}")
     if not kv_cache.is_contiguous():

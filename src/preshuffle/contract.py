@@ -85,6 +85,20 @@ def kv_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
     return (context_lens.to(torch.int64).unsqueeze(1) - next_n + j + 1).clamp(min=0)
 
 
+def unreadable_positions(context_lens: torch.Tensor, block_tables: torch.Tensor, num_blocks: int, block_size: int,
+                         next_n: int, max_model_len: int) -> torch.Tensor:
+    """bool ``[B * next_n, max_model_len]``: the positions a row may see whose key cannot be read, because their
+    block id is outside ``[0, num_blocks)`` or their block-table row has no entry that far. Inputs that pass the
+    value checks have none; unchecked calls (``check_values=False``) return NaN exactly there."""
+    lens = kv_lengths(context_lens, next_n)                                            # [B, next_n]
+    ids = block_tables.to(torch.int64)
+    no_entry = torch.ones(ids.shape[0], 1, dtype=torch.bool, device=ids.device)       # every column past the row
+    bad = torch.cat([(ids < 0) | (ids >= num_blocks), no_entry], dim=1)               # [B, max_blocks + 1]
+    positions = torch.arange(max_model_len, device=ids.device)
+    bad_at = bad[:, (positions // block_size).clamp(max=ids.shape[1])]                # [B, max_model_len]
+    return (bad_at.unsqueeze(1) & (positions < lens.unsqueeze(-1))).reshape(-1, max_model_len)
+
+
 def _check_values(p: CallDims, context_lens: torch.Tensor, block_tables: torch.Tensor) -> None:
     lens = context_lens.cpu()
     if lens.numel() == 0:

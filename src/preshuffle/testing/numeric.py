@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import device
+from ..contract import kv_lengths, unreadable_positions
 from ..problem import PagedMQAProblem
 from ..reference import reference_and_magnitude
 
@@ -51,6 +52,21 @@ def check_logits(out: torch.Tensor, problem: PagedMQAProblem) -> dict:
     """:func:`compare_logits` of ``out`` against the float64 reference of ``problem``, the reference and the
     magnitudes computed in one pass over the keys."""
     return compare_logits(out, *problem.call(reference_and_magnitude))
+
+
+def check_unchecked_logits(out: torch.Tensor, problem: PagedMQAProblem, context_lens: torch.Tensor,
+                           block_tables: torch.Tensor) -> dict:
+    """How an unchecked call (``check_values=False``) on ``problem`` with bad ``context_lens`` or
+    ``block_tables`` in place of its own did: ``nan_exact`` when ``out`` is NaN exactly at
+    :func:`~preshuffle.contract.unreadable_positions` (``nan`` of them), and elsewhere :func:`compare_logits`
+    against the float64 reference over the keys that call can read: ``problem``'s valid tables, each row's
+    length cut to what its bad table row holds."""
+    nan = unreadable_positions(context_lens, block_tables, problem.num_blocks, problem.block_size, problem.next_n,
+                               problem.max_model_len)
+    readable = kv_lengths(context_lens, problem.next_n).clamp(max=block_tables.shape[1] * problem.block_size)
+    ref, magnitude = problem.replace(context_lens=readable.to(torch.int32)).call(reference_and_magnitude)
+    verdict = compare_logits(torch.where(nan, ref.to(out.dtype), out), ref, magnitude)
+    return {**verdict, "nan_exact": bool(torch.equal(torch.isnan(out), nan)), "nan": int(nan.sum())}
 
 
 def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
