@@ -5,6 +5,12 @@ Inputs (shared by DeepGEMM, AITER and vLLM): ``q`` fp8 ``[B, next_n, H, D]``; ``
 ``[B, next_n]``; ``block_tables`` int32 ``[B, max_blocks]``; ``max_model_len``, the output's row length.
 Row ``b*next_n + j`` may see position ``p`` when ``p <= context_lens[b] - next_n + j`` (1-D lengths) or
 ``p < context_lens[b, j]`` (2-D lengths).
+
+The value checks (``check_values=True``) refuse negative lengths, lengths past the block table or ``max_model_len``,
+and block ids outside ``[0, num_blocks)`` in the blocks a row reads. Without them, the Triton kernel and the
+PyTorch baseline still read nothing outside their tensors: where a row may see a position whose block id is out of
+range, or past its block-table row, the logit is NaN (:func:`unreadable_positions`); positions past a row's
+visible prefix stay -inf.
 """
 
 from __future__ import annotations
