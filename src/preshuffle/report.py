@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+from .access import VARIANTS
 from .bench import DEEPGEMM_H200, Shape
 from .tuning import default_programs_per_sm
 
@@ -103,3 +105,82 @@ def format_recorded(rows: list[dict]) -> str:
                                _cell(r["naive_triton_us_recorded"], 15), _cell(r["torch_us"], 15),
                                _cell(r["torch_us_recorded"], 15)]))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the explorers read: one kernel's time, the negotiated kernel's cost, one workload's bars.
+
+# vLLM PR #51216 (4x MI355X, --block-size 16): AITER's paged-MQA-logits kernel by the kernel block size it got,
+# per-token before the fix and preshuffled 16-token blocks after it. No other size was measured.
+PR_51216_MI355X_US = {1: 28.53, 16: 7.84}
+# The shape whose H200 times stand for "what a kernel block size costs" on CUDA.
+COST_SHAPE = Shape(64, 1, 8192)
+# Precision -> the kind of the results' rows measured at it (the fp16-MMA kernel is exact, fp8 MMAs are not).
+PRECISION_KINDS = {"exact": "kernel", "fp8": "kernel-fp8-mma"}
+
+
+def variant_time(record: dict, shape: Shape, block_size: int, layout: str = "normal", kind: str = "kernel"):
+    """Median microseconds of our kernel at ``shape`` with this kernel block size and layout, under the launch
+    rule; None when the run did not measure that combination."""
+    name = {v: k for k, v in VARIANTS.items()}.get((block_size, layout))
+    row = rule_rows(record, kind).get((shape, name))
+    return row["us"] if row else None
+
+
+def kernel_costs(negotiation, record: dict) -> dict:
+    """What the negotiated indexer kernel costs, beside the kernel block sizes measured on its platform.
+
+    Returns ``{"source": str, "bars": [{"kernel_block_size": int, "us": float | None, "negotiated": bool}]}``,
+    bars sorted by block size, ``us`` None where nobody measured that size. ROCm: the PR's two figures (AITER,
+    4x MI355X). CUDA: our Triton kernel's H200 times at :data:`COST_SHAPE`, natural layout."""
+    if negotiation.platform == "rocm":
+        measured = dict(PR_51216_MI355X_US)
+        source = "AITER on 4x MI355X, measured in vLLM PR #51216"
+    else:
+        measured = {k: variant_time(record, COST_SHAPE, k) for k in (1, 16, 64)}
+        source = f"our Triton kernel on the H200 at {COST_SHAPE.label}, natural layout (results/h200.json)"
+    chosen = negotiation.kernel_block_size
+    sizes = sorted(set(measured) | ({chosen} if chosen else set()))
+    return {"source": source,
+            "bars": [{"kernel_block_size": k, "us": measured.get(k), "negotiated": k == chosen} for k in sizes]}
+
+
+def nearest_shape(record: dict, batch: int, avg_ctx: int, next_n: int) -> Shape:
+    """The measured shape closest to the asked one: same next_n where one exists, then the smallest distance
+    in (log2 batch, log2 context); ties go to the shape measured first."""
+    for name, value in (("batch", batch), ("avg_ctx", avg_ctx), ("next_n", next_n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    shapes = list(dict.fromkeys(Shape(**r["shape"]) for r in record["rows"]))
+    if not shapes:
+        raise ValueError("record has no measured rows")
+
+    def distance(s: Shape) -> tuple:
+        return (abs(s.next_n - next_n), math.hypot(math.log2(s.batch / batch), math.log2(s.avg_ctx / avg_ctx)))
+
+    return min(shapes, key=distance)
+
+
+def workload_bars(record: dict, batch: int, avg_ctx: int, next_n: int, block_size: int, layout: str,
+                  precision: str) -> tuple[Shape, list[dict]]:
+    """The bars of the workload explorer: ``(nearest measured shape, bars)``.
+
+    One bar per cache variant of ours at ``precision`` ("exact" or "fp8"), then DeepGEMM. Each bar is
+    ``{"label": str, "us": float | None, "pct_copy": float | None, "chosen": bool}``: ``us`` None where that
+    combination was not measured; ``chosen`` marks the asked block size and layout. Today's results time fp8
+    MMAs for block64-normal only, and DeepGEMM comes from the spec's recorded run (its own copy ceiling)."""
+    if precision not in PRECISION_KINDS:
+        raise ValueError(f"precision must be one of {tuple(PRECISION_KINDS)}, got {precision!r}")
+    if (block_size, layout) not in VARIANTS.values():
+        raise ValueError(f"(block_size, layout) must be one of {sorted(VARIANTS.values())}, got {(block_size, layout)}")
+    shape = nearest_shape(record, batch, avg_ctx, next_n)
+    rows = rule_rows(record, PRECISION_KINDS[precision])
+    bars = []
+    for name, variant in VARIANTS.items():
+        row = rows.get((shape, name), {})
+        bars.append({"label": f"ours {name} ({precision})", "us": row.get("us"), "pct_copy": row.get("pct_copy"),
+                     "chosen": variant == (block_size, layout)})
+    recorded = DEEPGEMM_H200.get(shape)
+    bars.append({"label": "DeepGEMM (recorded)", "us": recorded[0] if recorded else None,
+                 "pct_copy": recorded[2] if recorded else None, "chosen": False})
+    return shape, bars

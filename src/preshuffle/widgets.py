@@ -1,21 +1,37 @@
-"""The workbook's sliders. Each explorer is an ``ipywidgets.interactive`` whose callback prints a report and
-returns a value, so a test (or a reader) can set a control's ``.value`` and read ``.result``: no browser needed."""
+"""The workbook's explorers. Each is an ``ipywidgets.interactive`` whose callback draws a figure of
+:mod:`preshuffle.plots` (shown as the PNG bytes ``plots.png_bytes`` renders, so a test can redraw it byte for
+byte), prints its text report below and returns a value, so a test (or a reader) can set a control's ``.value``
+and read ``.result``: no browser needed."""
 
 from __future__ import annotations
 
 import ipywidgets as widgets
+import matplotlib.pyplot as plt
+from IPython.display import Image, display
 
+from . import bench, device, plots, report
+from .access import VARIANTS
+from .bench import Shape
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
+from .plots import CACHE_LINE
+from .tuning import config_for
 
 MANAGER_BLOCK_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 768, 1024)
 PR_STATES = ("after PR #51216", "before PR #51216")
-CACHE_LINE = 128  # bytes
 
 
-def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0]):
-    """Print what ``--block-size`` negotiates and which indexer kernel runs; return the Negotiation."""
+def show_figure(fig) -> None:
+    """Display ``fig`` as PNG bytes and close it, so the inline backend does not show it a second time."""
+    display(Image(data=plots.png_bytes(fig), format="png"))
+    plt.close(fig)
+
+
+def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0], record: dict | None = None):
+    """Draw what ``--block-size`` negotiates, which indexer kernel runs and what it costs (costs on CUDA from
+    ``record``, the committed H200 results by default), print the same as text; return the Negotiation."""
     result = negotiate(block_size, platform, before_pr=pr == PR_STATES[1])
+    show_figure(plots.negotiation_decision_plot(result, report.kernel_costs(result, record or report.load())))
     print(format_negotiation(result))
     return result
 
@@ -28,7 +44,19 @@ def negotiation_explorer(block_size: int = 16, platform: str = "rocm", pr: str =
                                            description="--block-size", continuous_update=False),
         platform=widgets.ToggleButtons(options=["rocm", "cuda"], value=platform, description="platform"),
         pr=widgets.ToggleButtons(options=list(PR_STATES), value=pr, description="vLLM"),
+        record=widgets.fixed(report.load()),
     )
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted byte offsets -> (first byte, length) of each contiguous run."""
+    runs: list[list[int]] = []
+    for o in offsets:
+        if runs and sum(runs[-1]) == o:
+            runs[-1][1] += 1
+        else:
+            runs.append([o, 1])
+    return [(first, length) for first, length in runs]
 
 
 def lane_vector(token: int, dim: int, block_size: int, head_dim: int = 128) -> dict:
@@ -39,16 +67,18 @@ def lane_vector(token: int, dim: int, block_size: int, head_dim: int = 128) -> d
     apart (one per token row) in the NORMAL layout."""
     d0 = dim - dim % TILE
     t0 = token - token % TILE
-    report = {"token": token, "dim": dim, "block_size": block_size, "lane_dims": (d0, d0 + TILE - 1)}
+    report = {"token": token, "dim": dim, "block_size": block_size, "head_dim": head_dim,
+              "lane_dims": (d0, d0 + TILE - 1)}
     for name, offset in (("normal", normal_offset), ("shuffle", shuffle_offset)):
         first = offset(token, d0, block_size, head_dim)
         group = sorted(offset(t, d, block_size, head_dim) for t in range(t0, t0 + TILE) for d in range(d0, d0 + TILE))
-        lines = {o // CACHE_LINE for o in group}
+        runs = _runs(group)
         report[name] = {
             "offset": offset(token, dim, block_size, head_dim),
             "vector": (first, first + TILE - 1),
-            "group_contiguous": group == list(range(group[0], group[0] + TILE * TILE)),
-            "group_lines": len(lines),
+            "group_runs": runs,
+            "group_contiguous": len(runs) == 1,
+            "group_lines": len({o // CACHE_LINE for o in group}),
         }
     return report
 
@@ -65,9 +95,11 @@ def format_lane_vector(r: dict) -> str:
 
 
 def show_lane_vector(block_size: int = 16, token: int = 3, dim: int = 37) -> dict:
-    report = lane_vector(min(token, block_size - 1), dim, block_size)
-    print(format_lane_vector(report))
-    return report
+    """Draw both layouts' bytes of the value's 16 lanes, print where they are; return the lane_vector report."""
+    lanes = lane_vector(min(token, block_size - 1), dim, block_size)
+    show_figure(plots.lane_bytes_plot(lanes))
+    print(format_lane_vector(lanes))
+    return lanes
 
 
 def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
@@ -82,3 +114,84 @@ def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
 
     size.observe(follow, names="value")
     return widgets.interactive(show_lane_vector, block_size=size, token=tok, dim=d)
+
+
+# --------------------------------------------------------------------------------------------------
+# The workload explorer: the committed results at the nearest measured shape, and a live measurement on a GPU.
+
+BATCHES = tuple(2 ** i for i in range(13))
+CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(10, 18))
+NEXT_NS = (1, 2, 3)
+DOTS = {"exact": "fp16", "fp8": "fp8"}  # precision -> the kernel's MMA (fp16 MMAs on fp8 values are exact)
+LIVE_TOKEN_LIMIT = 1 << 25  # batch x context a live measurement may allocate (the largest anchor shape)
+
+
+def measure_point(batch: int, avg_ctx: int, next_n: int, block_size: int, layout: str, precision: str) -> dict:
+    """Our kernel timed at exactly this point on the GPU, one more bar for ``plots.workload_plot``: checked
+    against the float64 reference first (an exact kernel outside the contract is not timed; fp8 always is)."""
+    if precision not in DOTS:
+        raise ValueError(f"precision must be one of {tuple(DOTS)}, got {precision!r}")
+    if batch * avg_ctx > LIVE_TOKEN_LIMIT:
+        raise ValueError(f"batch x avg_ctx must be at most {LIVE_TOKEN_LIMIT} tokens to measure live, got "
+                         f"{batch} x {avg_ctx}")
+    ceiling = bench.copy_bandwidth()  # refuses under Triton's interpreter before anything is built
+    shape = Shape(batch, next_n, avg_ctx)
+    inputs = bench.build_inputs(shape, block_size, layout)
+    config = config_for(batch, inputs["max_model_len"], dot=DOTS[precision])
+    row = bench.measure(bench.kernel_fn(inputs, config), inputs, copy_bytes_per_s=ceiling,
+                        require_accuracy=precision == "exact")
+    if "us" not in row:
+        raise RuntimeError(f"not timed: error {row['max_rel_error']:.1e} is outside the {bench.RTOL} contract")
+    return {"label": f"live: {shape.label}", "us": row["us"], "pct_copy": row["pct_copy"], "chosen": True}
+
+
+def show_workload(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, variant: tuple = (64, "normal"),
+                  precision: str = "exact", record: dict | None = None, live: dict | None = None):
+    """Draw the bars of ``report.workload_bars`` (plus a live bar measured at this very point, if ``live``
+    holds one); return (nearest measured shape, bars)."""
+    block_size, layout = variant
+    nearest, bars = report.workload_bars(record or report.load(), batch, avg_ctx, next_n, block_size, layout,
+                                         precision)
+    point = (batch, avg_ctx, next_n, block_size, layout, precision)
+    if live and point in live:
+        bars = [*bars, live[point]]
+    show_figure(plots.workload_plot(nearest, Shape(batch, next_n, avg_ctx), bars))
+    return nearest, bars
+
+
+def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, variant: tuple = (64, "normal"),
+                      precision: str = "exact", record: dict | None = None):
+    """Batch, context, next_n, cache variant and precision controls over the committed results (``record``);
+    on a GPU a button measures the chosen point live and adds it to the figure."""
+    live: dict = {}
+    w = widgets.interactive(
+        show_workload,
+        batch=widgets.SelectionSlider(options=BATCHES, value=batch, description="batch", continuous_update=False),
+        avg_ctx=widgets.SelectionSlider(options=CONTEXTS, value=avg_ctx, description="avg context",
+                                        continuous_update=False),
+        next_n=widgets.ToggleButtons(options=NEXT_NS, value=next_n, description="next_n"),
+        variant=widgets.Dropdown(options=[(name, v) for name, v in VARIANTS.items()], value=variant,
+                                 description="cache"),
+        precision=widgets.ToggleButtons(options=list(DOTS), value=precision, description="precision"),
+        record=widgets.fixed(record or report.load()), live=widgets.fixed(live),
+    )
+    button = widgets.Button(description="measure live", disabled=device.INTERPRETED)
+    note = widgets.Label("Triton's interpreter here: its timings are not kernel timings, so live measurement needs a "
+                         "CUDA GPU" if device.INTERPRETED else "times the chosen point on this GPU")
+
+    def measure(_):
+        kw = w.kwargs
+        point = (kw["batch"], kw["avg_ctx"], kw["next_n"], *kw["variant"], kw["precision"])
+        button.disabled, note.value = True, "measuring ..."
+        try:
+            live[point] = measure_point(*point)
+            note.value = f"{live[point]['label']}: {live[point]['us']:.1f} us"
+        except (RuntimeError, ValueError) as error:
+            note.value = str(error)
+        finally:
+            button.disabled = False
+        w.update()
+
+    button.on_click(measure)
+    w.children = (*w.children[:-1], widgets.HBox([button, note]), w.children[-1])
+    return w
