@@ -239,7 +239,7 @@ def _boxes(ax, labels: list[str], x0: float, width: float, y: float, faces: list
         x = x0 + i * (width + 0.2)
         ax.add_patch(Rectangle((x, y - 0.35), width, 0.7, facecolor=face, gid=gid,
                                edgecolor="black" if gid else "grey", linewidth=2 if gid else 0.8))
-        ax.text(x + width / 2, y, label, ha="center", va="center", fontsize=9)
+        ax.text(x + width / 2, y, label, ha="center", va="center", fontsize=9, gid=gid and f"{gid}-label")
 
 
 def _blank(ax, xmax: float, ymax: float) -> None:
