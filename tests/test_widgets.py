@@ -1,5 +1,8 @@
 """The sliders, driven without a browser: set a control's value, read the callback's result."""
 
+import threading
+import time
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -136,3 +139,23 @@ def test_workload_explorer_button_adds_the_live_bar(shown):
     button.click()
     nearest, bars = w.result
     assert len(bars) == 7 and bars[-1]["label"] == "live: B=64 next_n=1 ctx=8192" and bars[-1]["us"] > 0, note.value
+
+
+def test_explorer_runs_one_update_at_a_time():
+    """Widget messages may arrive on a kernel subshell's thread while the main shell handles another."""
+    running, overlaps = [], []
+
+    def slow(x=1):
+        if running:
+            overlaps.append(x)
+        running.append(x)
+        time.sleep(0.05)
+        running.pop()
+
+    w = widgets.Explorer(slow, x=ipywidgets.IntSlider(value=1))
+    threads = [threading.Thread(target=w.update) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps == []

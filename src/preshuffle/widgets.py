@@ -5,6 +5,8 @@ and read ``.result``: no browser needed."""
 
 from __future__ import annotations
 
+import threading
+
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 from IPython.display import Image, display
@@ -19,6 +21,17 @@ from .tuning import config_for
 
 MANAGER_BLOCK_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 768, 1024)
 PR_STATES = ("after PR #51216", "before PR #51216")
+# JupyterLab may deliver widget messages on a kernel subshell's thread while the main shell handles others, and
+# matplotlib is not thread-safe: two explorer updates drawing at once have produced half-drawn images.
+_DRAWING = threading.Lock()
+
+
+class Explorer(widgets.interactive):
+    """``ipywidgets.interactive`` whose updates run one at a time, each reading the controls' latest values."""
+
+    def update(self, *args):
+        with _DRAWING:
+            super().update(*args)
 
 
 def show_figure(fig) -> None:
@@ -38,7 +51,7 @@ def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_
 
 def negotiation_explorer(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0]):
     """A ``--block-size`` slider with platform and before/after toggles."""
-    return widgets.interactive(
+    return Explorer(
         show_negotiation,
         block_size=widgets.SelectionSlider(options=MANAGER_BLOCK_SIZES, value=block_size,
                                            description="--block-size", continuous_update=False),
@@ -113,7 +126,7 @@ def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
         tok.max = change["new"] - 1
 
     size.observe(follow, names="value")
-    return widgets.interactive(show_lane_vector, block_size=size, token=tok, dim=d)
+    return Explorer(show_lane_vector, block_size=size, token=tok, dim=d)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -164,7 +177,7 @@ def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, var
     """Batch, context, next_n, cache variant and precision controls over the committed results (``record``);
     on a GPU a button measures the chosen point live and adds it to the figure."""
     live: dict = {}
-    w = widgets.interactive(
+    w = Explorer(
         show_workload,
         batch=widgets.SelectionSlider(options=BATCHES, value=batch, description="batch", continuous_update=False),
         avg_ctx=widgets.SelectionSlider(options=CONTEXTS, value=avg_ctx, description="avg context",
