@@ -1,46 +1,83 @@
-"""Compare compiled launch configurations of the kernel on chosen anchor shapes (H200), to set the rule in
-preshuffle/tuning.py. Every configuration is checked against the float64 reference before it is timed.
+"""Compare compiled launch configurations of the portable kernel on chosen shapes (H200), to set the rule in
+preshuffle/kernels/launch.py. Every configuration is checked against the float64 reference before it is timed.
 
     python benchmarks/tune.py --out tune.json --shapes 0 2 4 --variants block64-normal \\
-        --configs '{"chunk": 64, "num_warps": 4, "num_stages": 5}' '{"chunk": 64, "num_warps": 4, "num_stages": 1, "register_prefetch": true}'
+        --configs '{"chunk": 64, "num_warps": 4, "num_stages": 5}' '{"chunk": 128, "num_warps": 8, "num_stages": 4}'
+
+``--configs`` takes :class:`preshuffle.kernels.LaunchConfig` fields as JSON, except ``tokens_per_program``: each
+configuration is timed at every ``--programs-per-sm`` split (:func:`preshuffle.kernels.launch.config_for`).
 """
 
 import argparse
+import dataclasses
 import json
 
 import torch
 from tqdm import tqdm
 
-from preshuffle import bench
-from preshuffle.access import VARIANTS
-from preshuffle.tuning import config_for
+from preshuffle import benchmark
+from preshuffle.kernels import LaunchConfig
+from preshuffle.kernels.launch import config_for
+from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
+from preshuffle.testing import timing
+from preshuffle.testing.inputs import benchmark_problem
+
+SPLIT_FIELD = "tokens_per_program"  # set by each --programs-per-sm, not by --configs
+CONFIG_FIELDS = [f.name for f in dataclasses.fields(LaunchConfig) if f.name != SPLIT_FIELD]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--shapes", type=int, nargs="+", required=True, help="indices into bench.ANCHOR_SHAPES")
-    ap.add_argument("--variants", nargs="+", default=["block64-normal"])
-    ap.add_argument("--configs", nargs="+", required=True, help="LaunchConfig fields as JSON")
+def parse_config(text: str) -> dict:
+    """The LaunchConfig fields of one --configs value, checked before any GPU time is spent."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--configs {text!r} is not JSON: {exc}") from None
+    if not isinstance(fields, dict) or set(fields) - set(CONFIG_FIELDS):
+        raise ValueError(f"--configs {text!r}: expected a JSON object with keys among {CONFIG_FIELDS}")
+    LaunchConfig(**fields)  # raises ValueError on a bad value
+    return fields
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="JSON file the results are written to after every shape")
+    ap.add_argument("--shapes", type=int, nargs="+", default=[], choices=range(len(ANCHOR_SHAPES)),
+                    help="indices of the spec's anchor shapes: " + "; ".join(
+                        f"{i}: {s.label}" for i, s in enumerate(ANCHOR_SHAPES)))
+    ap.add_argument("--shape", type=int, nargs=3, action="append", default=[], metavar=("BATCH", "NEXT_N", "AVG_CTX"),
+                    help="a shape of your own (repeatable)")
+    ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["block64-normal"])
+    ap.add_argument("--configs", nargs="+", required=True, help="LaunchConfig fields as JSON, one object each")
     ap.add_argument("--programs-per-sm", type=int, nargs="+", default=[1, 4, 8, 16])
-    args = ap.parse_args()
-    record = {"provenance": bench.provenance(), "copy_bytes_per_s": bench.copy_bandwidth(), "rows": []}
-    jobs = [(bench.ANCHOR_SHAPES[i], v) for i in args.shapes for v in args.variants]
-    for shape, variant in tqdm(jobs):
-        inputs = bench.build_inputs(shape, *VARIANTS[variant])
-        for fields in args.configs:
-            fields = json.loads(fields)
-            configs = [config_for(shape.batch, inputs["max_model_len"], programs_per_sm=pps, **fields)
-                       for pps in args.programs_per_sm]
-            rows = bench.measure_splits(inputs, configs, copy_bytes_per_s=record["copy_bytes_per_s"])
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    shapes = [ANCHOR_SHAPES[i] for i in args.shapes] + [Shape(*s) for s in args.shape]
+    if not shapes:
+        ap.error("give --shapes or --shape")
+    try:
+        configs = [parse_config(text) for text in args.configs]
+    except (ValueError, TypeError) as exc:
+        ap.error(str(exc))
+    record = {"provenance": benchmark.provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "rows": []}
+    for shape, variant in tqdm([(shape, v) for shape in shapes for v in args.variants]):
+        problem = benchmark_problem(shape, *VARIANTS[variant])
+        for fields in configs:
+            splits = [config_for(shape.batch, problem.max_model_len, programs_per_sm=pps, **fields)
+                      for pps in args.programs_per_sm]
+            rows = benchmark.measure_splits(problem, splits, copy_bytes_per_s=record["copy_bytes_per_s"])
             for pps, row in zip(args.programs_per_sm, rows):
                 record["rows"].append({"shape": shape.label, "variant": variant, "pps": pps, "config": fields, **row})
                 print(f"{shape.label:28s} {variant:15s} {json.dumps(fields):70s} pps {pps:2d} "
                       f"{row.get('us', float('nan')):9.1f} us {row.get('pct_copy', 0):5.1f}%", flush=True)
-        del inputs
+        del problem
         torch.cuda.empty_cache()
         with open(args.out, "w") as f:
             json.dump(record, f, indent=1)
+    return record
 
 
 if __name__ == "__main__":

@@ -1,7 +1,13 @@
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from preshuffle import report
+from preshuffle.shapes import Shape
+from preshuffle.testing.inputs import benchmark_problem
 
 # Reproducible examples in CI; no deadline, since interpreter timings vary with the machine's load.
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -9,9 +15,29 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+@pytest.fixture
+def small_benchmark_problem():
+    """A problem built like the benchmark's, small enough for the interpreter (3 sequences, 16 heads)."""
+    return benchmark_problem(Shape(3, 2, 120), 16, "shuffle", heads=16)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def load_tool():
+    """Load a stdlib-only script of tools/ (not a package: the Makefile and Jupyter run them by path)."""
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
 @pytest.fixture(scope="session")
 def record():
     """The committed H200 results."""
-    from preshuffle import report
-
     return report.load()

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from preshuffle import bench, negotiation, plots, report, widgets
+from preshuffle import negotiation, plots, report, widgets
+from preshuffle.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -244,7 +245,7 @@ def test_workload_explorer_shows_what_the_package_computes(page, lab):
 
     def figure(batch, avg_ctx, next_n, precision):
         nearest, bars = report.workload_bars(record, batch, avg_ctx, next_n, 64, "normal", precision)
-        return plots.png_bytes(plots.workload_plot(nearest, bench.Shape(batch, next_n, avg_ctx), bars))
+        return plots.png_bytes(plots.workload_plot(nearest, Shape(batch, next_n, avg_ctx), bars))
 
     run_notebook(page, lab, "04_performance.ipynb")
     assert error_outputs(page) == []
@@ -270,3 +271,40 @@ def test_every_notebook_runs_in_the_browser(page, lab, name, sliders, images):
     assert page.get_by_text("Error displaying widget").count() == 0
     assert page.locator(".jp-RenderedImage img").count() >= images
     screenshot(page, name.replace(".ipynb", ".png"))
+
+
+
+def test_opening_and_closing_every_notebook_leaves_it_unchanged(page, lab):
+    """JupyterLab writes the kernelspec and language_info of the kernel it starts into the notebook it opens.
+    The stored notebooks already carry them (tools/notebook_metadata.py), so a reader who only looks leaves each
+    document clean and its file as stored: ``git status`` stays clean. Even a save writes the same bytes."""
+    contents, token = f"{lab['base']}/api/contents", lab["token"]
+    paths = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    for path in paths:  # fresh copies: the tests above ran theirs, which autosave may have written
+        put = page.request.put(f"{contents}/untouched-{path.name}?token={token}",
+                               data={"type": "file", "format": "text", "content": path.read_text(encoding="utf-8")})
+        assert put.ok, put.text()
+    page.goto(f"{lab['base']}/lab/workspaces/untouched-{secrets.token_hex(4)}?reset&token={token}")
+    page.wait_for_function("() => window.jupyterapp?.shell", timeout=90_000)
+    for path in paths:
+        name = f"untouched-{path.name}"
+        # Open, and once the kernel's info and spec are in (JupyterLab writes both into the model), read whether
+        # the document is dirty; then save and close it.
+        dirty = page.evaluate(f"""async () => {{
+            const app = window.jupyterapp;
+            await app.restored;
+            const panel = await app.commands.execute('docmanager:open', {{path: {json.dumps(name)}}});
+            await panel.context.ready;
+            await panel.sessionContext.ready;
+            const kernel = panel.sessionContext.session.kernel;
+            await kernel.info;
+            await kernel.spec;
+            await new Promise(resolve => setTimeout(resolve, 1000));
+            const dirty = panel.context.model.dirty;
+            await panel.context.save();
+            panel.dispose();
+            return dirty;
+        }}""")
+        assert dirty is False, f"opening {path.name} changed it in JupyterLab"
+        saved = page.request.get(f"{contents}/{name}?type=file&format=text&content=1&token={token}")
+        assert saved.json()["content"] == path.read_text(encoding="utf-8"), f"{path.name} changed on disk"

@@ -6,28 +6,28 @@ from preshuffle.cache import allocate_k_cache, gather_k_cache, quantize_k, read_
 
 
 @pytest.mark.parametrize("amax, scale", [(1.0, 2.0**-8), (448.0, 1.0), (0.0, 2.0**-22)])
-def test_spec_ue8m0_examples(amax, scale):
+def test_quantize_k_ue8m0_spec_examples(amax, scale):
     k = torch.zeros(1, 128)
     k[0, 5] = amax
     _, scales = quantize_k(k, scale_fmt="ue8m0")
     assert scales.item() == scale
 
 
-def test_plain_scale_and_floor():
+def test_quantize_k_plain_scale_and_floor():
     k = torch.zeros(2, 128)
     k[0, 0] = -3.0
     _, scales = quantize_k(k)
     assert scales[0].item() == pytest.approx(3.0 / 448) and scales[1].item() == pytest.approx(1e-4 / 448)
 
 
-def test_fnuz_uses_vllms_224():
+def test_quantize_k_fnuz_uses_vllms_224():
     k = torch.full((1, 128), 2.0)
     values, scales = quantize_k(k, fp8_dtype=torch.float8_e4m3fnuz)
     assert scales.item() == pytest.approx(2.0 / 224) and values.float().max().item() == 224.0
 
 
 @given(st.integers(0, 2**16), st.sampled_from([None, "ue8m0"]), st.sampled_from([torch.float32, torch.bfloat16]))
-def test_quantisation_error_is_bounded(seed, fmt, dtype):
+def test_quantize_k_error_is_bounded(seed, fmt, dtype):
     g = torch.Generator().manual_seed(seed)
     k = (torch.randn(8, 128, generator=g) * torch.rand(8, 1, generator=g) * 10).to(dtype)
     values, scales = quantize_k(k, scale_fmt=fmt)
@@ -39,7 +39,7 @@ def test_quantisation_error_is_bounded(seed, fmt, dtype):
 
 @given(st.sampled_from([1, 2, 8, 16, 32, 64]), st.sampled_from(["normal", "shuffle"]), st.integers(0, 2**16),
        st.data())
-def test_write_then_gather_returns_what_quantize_produced(block_size, layout, seed, data):
+def test_write_k_cache_then_read_slots_returns_what_quantize_k_produced(block_size, layout, seed, data):
     if layout == "shuffle" and block_size % 16:
         return
     g = torch.Generator().manual_seed(seed)
@@ -55,7 +55,7 @@ def test_write_then_gather_returns_what_quantize_produced(block_size, layout, se
     assert torch.equal(scales, expected_scales)
 
 
-def test_block_flat_bytes():
+def test_write_k_cache_block_flat_bytes():
     cache = allocate_k_cache(2, 16)
     k = torch.randn(3, 128)
     write_k_cache(cache, k, torch.tensor([16, 17, 31]))
@@ -68,13 +68,13 @@ def test_block_flat_bytes():
     assert cache[0].eq(0).all()
 
 
-def test_slot_minus_one_skips_the_token():
+def test_write_k_cache_slot_minus_one_skips_the_token():
     cache = allocate_k_cache(1, 16)
     write_k_cache(cache, torch.randn(2, 128), torch.tensor([-1, 3]))
     assert cache.view(-1)[:3 * 128].eq(0).all() and cache.view(-1)[3 * 128:4 * 128].ne(0).any()
 
 
-def test_gather_through_a_block_table():
+def test_gather_k_cache_through_a_block_table():
     cache = allocate_k_cache(4, 16)
     table = torch.tensor([2, 0, 3], dtype=torch.int32)
     k = torch.randn(40, 128)
@@ -88,7 +88,7 @@ def test_gather_through_a_block_table():
         gather_k_cache(cache, table, 49)
 
 
-def test_bad_writes_change_nothing():
+def test_write_k_cache_bad_writes_change_nothing():
     cache = allocate_k_cache(2, 8)
     k = torch.randn(2, 128)
     cases = [
@@ -116,7 +116,7 @@ def test_bad_writes_change_nothing():
         assert torch.equal(target, before), change
 
 
-def test_bad_reads():
+def test_read_slots_gather_k_cache_allocate_k_cache_reject_bad_input():
     cache = allocate_k_cache(2, 16)
     with pytest.raises(ValueError, match=r"slots must be in \[0, 32\)"):
         read_slots(cache, torch.tensor([32]))

@@ -1,174 +1,83 @@
-"""The Triton kernel against the float64 reference: under the interpreter on the CPU, compiled on a GPU."""
+"""The kernels' entry point: precision, which kernel runs where, and the unchecked fast path."""
 
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
 from preshuffle import device
-from preshuffle.kernels import LaunchConfig, fp8_paged_mqa_logits
-from preshuffle.problem import ARG_NAMES, kernel_args, random_problem
-from preshuffle.reference import check_logits
+from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
+from preshuffle.testing.inputs import random_problem
+from preshuffle.testing.numeric import check_logits, meets_contract
 
 DEV = device.KERNEL_DEVICE
-RTOL = 1e-5
-
-
-def check_against_reference(problem, **kwargs):
-    args, layout = kernel_args(problem), problem["layout"]
-    out = torch.full((args[0].shape[0] * args[0].shape[1], args[5]), float("nan"), device=DEV)
-    fp8_paged_mqa_logits(*args, layout=layout, out=out, **kwargs)  # NaN poison: every element must be written
-    verdict = check_logits(out, *args, layout=layout)
-    assert verdict["same_inf_pattern"], verdict
-    assert verdict["max_rel_error"] <= RTOL, verdict
-    return out
-
-
-@st.composite
-def problems(draw):
-    block_size = draw(st.sampled_from([1, 16, 32, 64]))
-    layout = draw(st.sampled_from(["normal", "shuffle"] if block_size % 16 == 0 else ["normal"]))
-    batch = draw(st.integers(1, 4))
-    next_n = draw(st.integers(1, 4))
-    max_blocks = draw(st.integers(1, 4 if block_size > 1 else 100))
-    capacity = max_blocks * block_size
-    lens = draw(st.lists(st.integers(0, capacity), min_size=batch, max_size=batch))
-    return random_problem(lens, next_n=next_n, heads=draw(st.sampled_from([16, 32, 64])), block_size=block_size,
-                          layout=layout, ctx_2d=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
-                          spare_columns=max_blocks - max(-(-n // block_size) for n in lens), device=DEV)
-
-
-@settings(max_examples=60)
-@given(problems())
-def test_matches_float64_reference(problem):
-    check_against_reference(problem)
-
-
-@pytest.mark.parametrize("block_size, layout", [(1, "normal"), (16, "normal"), (16, "shuffle"), (64, "shuffle")])
-def test_repeated_runs_are_bitwise_equal(block_size, layout):
-    problem = random_problem([70, 129, 5], next_n=2, block_size=block_size, layout=layout, seed=3, device=DEV)
-    first = check_against_reference(problem)
-    again = fp8_paged_mqa_logits(*kernel_args(problem), layout=layout)
-    assert torch.equal(first, again)
-
-
-@pytest.mark.parametrize("tokens_per_program", [64, 128, 256])
-def test_result_does_not_depend_on_the_split(tokens_per_program):
-    problem = random_problem([300, 17], block_size=16, seed=5, device=DEV)
-    whole = fp8_paged_mqa_logits(*kernel_args(problem))
-    split = fp8_paged_mqa_logits(*kernel_args(problem), config=LaunchConfig(64, tokens_per_program))
-    assert torch.equal(whole, split)
-
-
-def test_layouts_hold_the_same_logits():
-    normal = random_problem([90, 33], block_size=32, layout="normal", seed=9, device=DEV)
-    shuffled = random_problem([90, 33], block_size=32, layout="shuffle", seed=9, device=DEV)
-    assert not torch.equal(normal["kv_cache"], shuffled["kv_cache"])
-    assert torch.equal(fp8_paged_mqa_logits(*kernel_args(normal)),
-                       fp8_paged_mqa_logits(*kernel_args(shuffled), layout="shuffle"))
-
-
-def test_zero_context_row_is_all_neg_inf_and_the_tail_too():
-    problem = random_problem([0, 40], next_n=3, block_size=16, max_model_len=100, seed=1, device=DEV)
-    out = check_against_reference(problem)
-    assert torch.isneginf(out[:3]).all()
-    # Row j of sequence 1 sees positions <= 40 - 3 + j.
-    for j in range(3):
-        assert torch.isfinite(out[3 + j, :38 + j]).all() and torch.isneginf(out[3 + j, 38 + j:]).all()
-
-
-def bad(problem, **changes):
-    args = dict(zip(ARG_NAMES, kernel_args(problem)))
-    layout = changes.pop("layout", problem["layout"])
-    args.update(changes)
-    return lambda: fp8_paged_mqa_logits(**args, layout=layout)
 
 
 @pytest.fixture
-def ok():
-    return random_problem([40, 20], next_n=2, block_size=16, seed=2, device=DEV)
+def problem():
+    return random_problem([70, 129], next_n=2, block_size=16, layout="shuffle", seed=11, device=DEV)
 
 
-def test_bad_dtypes(ok):
-    with pytest.raises(TypeError, match="q must be an fp8 tensor"):
-        bad(ok, q=ok["q"].float())()
-    with pytest.raises(TypeError, match="weights must be a float32 tensor"):
-        bad(ok, weights=ok["weights"].half())()
-    with pytest.raises(TypeError, match="context_lens must be an int32 tensor"):
-        bad(ok, context_lens=ok["context_lens"].long())()
-    with pytest.raises(TypeError, match="block_tables must be an int32 tensor"):
-        bad(ok, block_tables=ok["block_tables"].long())()
-    with pytest.raises(TypeError, match="kv_cache must be a uint8 tensor"):
-        bad(ok, kv_cache=ok["kv_cache"].view(torch.int8))()
-    with pytest.raises(TypeError, match="takes q as torch.float8_e4m3fn"):
-        bad(ok, q=ok["q"].float().to(torch.float8_e4m3fnuz))()
+@pytest.fixture
+def on(monkeypatch):
+    """Pretend this process runs on a GPU of a given compute capability (for what is decided before a launch)."""
+    def use(capability, name):
+        monkeypatch.setattr(device, "current_support", lambda: device.kernel_support(capability, name))
+    return use
 
 
-def test_bad_shapes(ok):
-    with pytest.raises(ValueError, match=r"q must be \[batch, next_n, heads, head_dim\]"):
-        bad(ok, q=ok["q"][0])()
-    with pytest.raises(ValueError, match="kv_cache holds head_dim 128 but q has head_dim 64"):
-        bad(ok, q=ok["q"][..., :64].contiguous())()
-    with pytest.raises(ValueError, match=r"weights must be \[batch\*next_n, heads\]"):
-        bad(ok, weights=ok["weights"][:3])()
-    with pytest.raises(ValueError, match="context_lens must be"):
-        bad(ok, context_lens=ok["context_lens"][:1])()
-    with pytest.raises(ValueError, match="block_tables must be"):
-        bad(ok, block_tables=ok["block_tables"][:1])()
-    with pytest.raises(ValueError, match="kv_cache must be"):
-        bad(ok, kv_cache=ok["kv_cache"][None])()
-    with pytest.raises(ValueError, match="power-of-two number of heads"):
-        bad(ok, q=ok["q"][:, :, :24].contiguous(), weights=ok["weights"][:, :24].contiguous())()
+@settings(max_examples=12)
+@given(precision=st.sampled_from(["exact", "fp8", None]), seed=st.integers(0, 2**16),
+       block_size=st.sampled_from([1, 16, 64]), next_n=st.integers(1, 3))
+def test_fp8_paged_mqa_logits_holds_the_contract_of_its_precision(precision, seed, block_size, next_n):
+    problem = random_problem([0, 37, 150], next_n=next_n, block_size=block_size, seed=seed, device=DEV)
+    out = torch.full((problem.batch * next_n, problem.max_model_len), float("nan"), device=DEV)
+    problem.call(fp8_paged_mqa_logits, precision=precision, out=out)
+    assert meets_contract(check_logits(out, problem), precision or device.current_support().default_precision)
 
 
-def test_block_size_the_layout_cannot_take():
-    problem = random_problem([20], block_size=8, seed=4, device=DEV)
-    with pytest.raises(ValueError, match="block_size must be a multiple of 16 for the shuffle layout, got 8"):
-        bad(problem, layout="shuffle")()
-    with pytest.raises(ValueError, match="layout must be one of"):
-        bad(problem, layout="tiled")()
+def test_fp8_paged_mqa_logits_refuses_an_unknown_precision(problem):
+    with pytest.raises(ValueError, match=r"precision must be one of \('exact', 'fp8'\), got 'fp16'"):
+        problem.call(fp8_paged_mqa_logits, precision="fp16")
 
 
-def test_bad_values(ok):
-    lens = ok["context_lens"].clone()
-    lens[0] = 16 * ok["block_tables"].shape[1] + 1
-    with pytest.raises(ValueError, match="beyond what block_tables can hold"):
-        bad(ok, context_lens=lens)()
-    with pytest.raises(ValueError, match="max_model_len 10 is smaller than the longest context length 40"):
-        bad(ok, max_model_len=10)()
-    with pytest.raises(ValueError, match="max_model_len must be a positive int"):
-        bad(ok, max_model_len=0)()
-    with pytest.raises(ValueError, match="context_lens must be >= 0"):
-        bad(ok, context_lens=-ok["context_lens"])()
-    tables = ok["block_tables"].clone()
-    tables[1, 0] = ok["kv_cache"].shape[0]
-    with pytest.raises(ValueError, match=r"block id \d+ outside \[0, \d+\)"):
-        bad(ok, block_tables=tables)()
-    tables = ok["block_tables"].clone()
-    tables[0, 0] = -1
-    with pytest.raises(ValueError, match="block id -1"):
-        bad(ok, block_tables=tables)()
+def test_fp8_paged_mqa_logits_names_what_the_gpu_lacks(problem, on):
+    on((8, 0), "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(ValueError, match=r"NVIDIA A100-SXM4-80GB \(sm80\) cannot run the fp8 kernel path: it lacks"):
+        problem.call(fp8_paged_mqa_logits, precision="fp8")
 
 
-def test_padding_past_the_context_may_hold_anything(ok):
-    tables = ok["block_tables"].clone()
-    tables[:, -1] = -7  # the spare column: read by no sequence
-    check_against_reference({**ok, "block_tables": tables})
+def test_fp8_paged_mqa_logits_refuses_a_config_of_another_type(problem):
+    with pytest.raises(TypeError, match="config must be a LaunchConfig or a HopperConfig, got dict"):
+        problem.call(fp8_paged_mqa_logits, config={"chunk": 64})
 
 
-def test_out_must_match(ok):
-    with pytest.raises(ValueError, match="out must be a contiguous float32 tensor"):
-        fp8_paged_mqa_logits(*kernel_args(ok), out=torch.empty(1, device=DEV))
+@pytest.mark.skipif(device.current_support().hopper, reason="this process runs the Hopper kernel")
+def test_fp8_paged_mqa_logits_refuses_a_hopper_config_without_hopper(problem):
+    with pytest.raises(ValueError, match="a HopperConfig needs an sm90 GPU"):
+        problem.call(fp8_paged_mqa_logits, config=HopperConfig(64))
 
 
-def test_launch_config_validation():
-    with pytest.raises(ValueError, match="chunk must be a power of two"):
-        LaunchConfig(chunk=48)
-    with pytest.raises(ValueError, match="tokens_per_program must be a positive multiple"):
-        LaunchConfig(chunk=64, tokens_per_program=100)
-    with pytest.raises(ValueError, match="dot must be one of"):
-        LaunchConfig(dot="tf32")
+def test_kernel_for_picks_the_hopper_kernel_on_sm90_for_what_it_takes(on):
+    on((9, 0), "NVIDIA H200")
+    assert kernel_for(64, 64, 128, 1) == kernel_for(16, 32, 128, 4) == "hopper"
+    assert kernel_for(1, 64, 128, 1) == "portable"             # no TMA copy of a 132-byte page
+    assert kernel_for(64, 64, 128, 5) == "portable"            # more query rows than its accumulators
+    assert kernel_for(64, 64, 128, 1, LaunchConfig()) == "portable"
+    with pytest.raises(ValueError, match="the Hopper kernel cannot take this call: block_size 8 is not a multiple"):
+        kernel_for(8, 64, 128, 1, HopperConfig(64))
 
 
-@pytest.mark.skipif(not device.INTERPRETED, reason="the CPU-tensor message is for interpreter runs")
-def test_kernel_device_error_names_the_tensor():
-    assert device.kernel_device_error(torch.empty(1, device="meta"), "q").startswith("q is on meta")
+@pytest.mark.parametrize("capability", [(8, 9), (10, 0), None])
+def test_kernel_for_picks_the_portable_kernel_elsewhere(on, capability):
+    on(capability, "a GPU")
+    assert kernel_for(64, 64, 128, 1) == "portable"
+
+
+def test_fp8_paged_mqa_logits_unchecked_repeat_matches_the_checked_call(problem):
+    checked = problem.call(fp8_paged_mqa_logits)
+    for _ in range(3):  # the first unchecked call compiles and keeps the launch, the others reuse it
+        out = problem.call(fp8_paged_mqa_logits, check_values=False)
+        assert torch.equal(out, checked)
+    again = torch.empty_like(checked)
+    problem.call(fp8_paged_mqa_logits, check_values=False, out=again)
+    assert torch.equal(again, checked)

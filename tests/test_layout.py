@@ -10,16 +10,16 @@ multiples_of_16 = st.integers(1, 16).map(lambda n: 16 * n)
 @pytest.mark.parametrize("token, dim, block_size, expected", [
     (0, 0, 16, 0), (1, 0, 16, 16), (0, 16, 16, 256), (3, 37, 16, 565), (17, 17, 32, 2321), (17, 17, 256, 2321),
 ])
-def test_spec_worked_offsets(token, dim, block_size, expected):
+def test_shuffle_offset_spec_worked_examples(token, dim, block_size, expected):
     assert shuffle_offset(token, dim, block_size) == expected
 
 
-def test_normal_offset():
+def test_normal_offset_is_token_major():
     assert normal_offset(3, 37, 16) == 3 * 128 + 37
 
 
 @given(multiples_of_16)
-def test_shuffle_is_a_bijection_of_the_value_region(block_size):
+def test_offset_map_shuffle_is_a_bijection_of_the_value_region(block_size):
     offsets = offset_map(block_size, 128, "shuffle").reshape(-1)
     assert torch.equal(offsets.sort().values, torch.arange(block_size * 128))
 
@@ -43,7 +43,7 @@ def test_unshuffle_inverts_preshuffle(block_size, seed):
     assert torch.equal(flat.sort(dim=-1).values, x.reshape(2, -1).sort(dim=-1).values)
 
 
-def test_one_lane_reads_16_contiguous_bytes_of_one_token():
+def test_offset_map_one_lane_reads_16_contiguous_bytes_of_one_token():
     offsets = offset_map(32, 128, "shuffle")
     for t in (0, 5, 21):
         for tile in range(8):
@@ -51,27 +51,27 @@ def test_one_lane_reads_16_contiguous_bytes_of_one_token():
             assert torch.equal(run, run[0] + torch.arange(16))
 
 
-def test_fp8_values_round_trip():
+def test_unshuffle_round_trips_fp8_values():
     x = torch.randn(16, 128).to(torch.float8_e4m3fn)
     assert torch.equal(unshuffle(preshuffle(x), 16).view(torch.uint8), x.view(torch.uint8))
 
 
 @pytest.mark.parametrize("block_size", [1, 8, 24, 40])
-def test_shuffle_refuses_block_sizes_not_multiple_of_16(block_size):
+def test_shuffle_offset_refuses_block_sizes_not_multiple_of_16(block_size):
     with pytest.raises(ValueError, match=f"block_size must be a multiple of 16 for the shuffle layout, got {block_size}"):
         offset_map(block_size, 128, "shuffle")
     with pytest.raises(ValueError, match="multiple of 16"):
         shuffle_offset(0, 0, block_size)
 
 
-def test_eight_token_formula_escapes_the_block():
+def test_shuffle_offset_formula_escapes_an_eight_token_block():
     # Why 8-token blocks cannot be shuffled: the formula reaches byte 1919 of a 1024-byte block.
     t, d = 7, 127
     raw = (t // 16) * 16 * 128 + (d // 16) * 256 + (t % 16) * 16 + d % 16
     assert raw == 1919 > 8 * 128
 
 
-def test_bad_positions_and_layouts():
+def test_offsets_and_shuffles_reject_bad_input():
     with pytest.raises(ValueError, match=r"token must be in \[0, 16\)"):
         shuffle_offset(16, 0, 16)
     with pytest.raises(ValueError, match=r"dim must be in \[0, 128\)"):

@@ -14,38 +14,38 @@ def backend(sizes):
 
 
 # vLLM's own unit cases.
-def test_manager_size_itself_when_common():
+def test_select_common_block_size_prefers_manager_block_size():
     assert select_common_block_size(128, [backend([MultipleOf(32)]), backend([64, MultipleOf(16)])]) == 128
 
 
-def test_largest_common_int_divisor():
+def test_select_common_block_size_largest_common_int_divisor():
     assert select_common_block_size(256, [backend([128, 64]), backend([64, 32])]) == 64
 
 
-def test_no_common_size_raises():
+def test_select_common_block_size_no_common_size_raises():
     with pytest.raises(ValueError, match="No common block size for 48"):
         select_common_block_size(48, [backend([64]), backend([MultipleOf(16)])])
 
 
 # The PR's regression test, written the way vLLM writes it: real backends, platform monkeypatched.
-def test_rocm_sparse_mla_block_size_16_keeps_16(monkeypatch):
+def test_select_common_block_size_rocm_sparse_mla_block_size_16_keeps_16(monkeypatch):
     monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
     assert select_common_block_size(16, [DeepseekV32IndexerBackend, ROCMAiterMLASparseBackend]) == 16
 
 
-def test_rocm_sparse_mla_block_size_32(monkeypatch):
+def test_select_common_block_size_rocm_sparse_mla_block_size_32(monkeypatch):
     monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
     assert select_common_block_size(32, [DeepseekV32IndexerBackend, ROCMAiterMLASparseBackend]) == 32
 
 
-def test_before_pr_block_size_16_fell_back_to_1(monkeypatch):
+def test_select_common_block_size_before_pr_block_size_16_fell_back_to_1(monkeypatch):
     monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
     group = [neg.DeepseekV32IndexerBackendBeforePR, neg.ROCMAiterMLASparseBackendBeforePR]
     assert select_common_block_size(16, group) == 1
     assert select_common_block_size(128, group) == 64
 
 
-def test_indexer_declaration_read_at_call_time(monkeypatch):
+def test_get_supported_kernel_block_sizes_read_at_call_time(monkeypatch):
     assert DeepseekV32IndexerBackend.get_supported_kernel_block_sizes() == [64]
     monkeypatch.setattr(neg.current_platform, "is_rocm", lambda: True)
     assert DeepseekV32IndexerBackend.get_supported_kernel_block_sizes() == [1, MultipleOf(16)]
@@ -55,18 +55,18 @@ def test_indexer_declaration_read_at_call_time(monkeypatch):
     (1, 1, 1), (8, 1, 1), (16, 1, 16), (24, 1, 1), (32, 1, 32), (48, 1, 48), (64, 64, 64), (96, 1, 96),
     (128, 64, 128),
 ])
-def test_spec_table_rocm(manager, before, after):
+def test_negotiate_spec_table_rocm(manager, before, after):
     assert neg.negotiate(manager, "rocm", before_pr=True).kernel_block_size == before
     assert neg.negotiate(manager, "rocm").kernel_block_size == after
 
 
-def test_cuda_group_needs_multiples_of_64():
+def test_negotiate_cuda_group_needs_multiples_of_64():
     assert neg.negotiate(64, "cuda").kernel_block_size == 64
     assert neg.negotiate(128, "cuda").kernel_block_size == 64
     assert neg.negotiate(16, "cuda").error.startswith("No common block size for 16")
 
 
-def test_unknown_entry_type_raises_like_vllm():
+def test_select_common_block_size_unknown_entry_type_raises_like_vllm():
     with pytest.raises(ValueError, match="Unknown supported size: 16.0"):
         select_common_block_size(16, [backend([16.0])])
     # Like vLLM, an entry after the first match is never looked at.
@@ -75,7 +75,7 @@ def test_unknown_entry_type_raises_like_vllm():
 
 @pytest.mark.parametrize("bad, exc", [(0, ValueError), (-16, ValueError), (16.0, TypeError), ("16", TypeError),
                                       (True, TypeError), (None, TypeError)])
-def test_bad_manager_size(bad, exc):
+def test_select_common_block_size_bad_manager_size(bad, exc):
     with pytest.raises(exc, match="kv_manager_block_size"):
         select_common_block_size(bad, [backend([MultipleOf(1)])])
 
@@ -88,7 +88,7 @@ def test_multiple_of_validates_and_compares():
         MultipleOf(1.5)
 
 
-def test_no_backends_accepts_manager_size():
+def test_select_common_block_size_no_backends_accepts_manager_size():
     assert select_common_block_size(48, []) == 48
 
 
@@ -107,7 +107,7 @@ entries = st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256]),
 
 
 @given(st.integers(1, 1024), st.lists(st.lists(entries, min_size=1, max_size=4), max_size=4))
-def test_matches_brute_force_oracle(manager, lists):
+def test_select_common_block_size_matches_brute_force_oracle(manager, lists):
     expected = oracle(manager, lists)
     backends = [backend(sizes) for sizes in lists]
     if expected is None:
@@ -132,7 +132,7 @@ def test_map_to_kernel_blocks_bad_input():
         map_to_kernel_blocks([1.5], 2)
 
 
-def test_kernel_size_must_divide_manager_size():
+def test_kernel_blocks_per_manager_block_must_divide_manager_size():
     with pytest.raises(ValueError, match="kernel_block_size 64 must divide kv_manager_block_size size 16 evenly"):
         neg.kernel_blocks_per_manager_block(16, 64)
     assert neg.kernel_blocks_per_manager_block(64, 16) == 4
@@ -140,7 +140,7 @@ def test_kernel_size_must_divide_manager_size():
 
 @given(st.sampled_from([16, 32, 64, 128]), st.sampled_from([1, 2, 4, 8, 16]),
        st.lists(st.integers(0, 50), min_size=1, max_size=6, unique=True), st.data())
-def test_slots_do_not_depend_on_the_split(manager, r_wanted, table, data):
+def test_slot_mapping_does_not_depend_on_the_split(manager, r_wanted, table, data):
     kernel = manager // r_wanted if manager % r_wanted == 0 else manager
     r = manager // kernel
     kernel_table = map_to_kernel_blocks(table, r)
@@ -158,7 +158,7 @@ def test_slot_mapping_beyond_table():
     (768, True, True), (48, False, True), (80, False, True), (96, False, True), (112, False, True), (8, False, True),
     (320, False, True),
 ])
-def test_aiter_acceptance(size, runs, preshuffled):
+def test_indexer_kernel_aiter_acceptance(size, runs, preshuffled):
     k = neg.indexer_kernel(size, "rocm")
     assert (k.accepted, k.preshuffled, k.kv_block_size) == (runs, preshuffled, size)
 

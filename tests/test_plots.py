@@ -9,7 +9,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
-from preshuffle import bench, layout, negotiation, plots, report, widgets  # noqa: E402
+from preshuffle import layout, negotiation, plots, report, widgets  # noqa: E402
+from preshuffle.shapes import Shape  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +153,7 @@ def test_lane_bytes_plot_highlights_the_layout_offsets(block_size, token, dim):
 
 def test_workload_plot_bars_are_the_bars(record):
     nearest, bars = report.workload_bars(record, 64, 8192, 1, 16, "shuffle", "fp8")
-    asked = bench.Shape(50, 1, 6000)
+    asked = Shape(50, 1, 6000)
     fig = plots.workload_plot(nearest, asked, bars)
     time_ax, share_ax = fig.axes
     assert [p.get_width() for p in time_ax.patches] == [b["us"] or 0 for b in bars]

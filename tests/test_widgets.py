@@ -11,7 +11,8 @@ import ipywidgets  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from preshuffle import bench, device, negotiation, plots, report, widgets  # noqa: E402
+from preshuffle import device, negotiation, plots, report, widgets  # noqa: E402
+from preshuffle.shapes import Shape  # noqa: E402
 
 
 def controls(w):
@@ -89,7 +90,7 @@ def test_lane_vector_counts_the_runs_of_16_lanes():
 def test_workload_explorer_follows_the_controls(shown, record):
     w = widgets.workload_explorer()
     nearest, bars = w.result
-    assert nearest == bench.Shape(64, 1, 8192) and [b["chosen"] for b in bars].index(True) == 3
+    assert nearest == Shape(64, 1, 8192) and [b["chosen"] for b in bars].index(True) == 3
     c = controls(w)
     open_figures = plt.get_fignums()
     c["batch"].value = 256
@@ -98,7 +99,7 @@ def test_workload_explorer_follows_the_controls(shown, record):
     c["cache"].value = (16, "normal")
     c["precision"].value = "fp8"
     expected = report.workload_bars(record, 256, 65536, 2, 16, "normal", "fp8")
-    assert w.result == expected and expected[0] == bench.Shape(256, 2, 65536)
+    assert w.result == expected and expected[0] == Shape(256, 2, 65536)
     assert plt.get_fignums() == open_figures
     assert shown[-1].data == plots.png_bytes(plots.workload_plot(expected[0], expected[0], expected[1]))
 
@@ -112,7 +113,7 @@ def live_controls(w):
 def test_workload_explorer_offers_no_live_measurement_under_the_interpreter(shown, monkeypatch):
     button, note = live_controls(widgets.workload_explorer())
     assert button.disabled and "interpreter" in note.value
-    monkeypatch.setattr(bench, "build_inputs", lambda *a, **k: pytest.fail("built inputs it cannot time"))
+    monkeypatch.setattr(widgets, "benchmark_problem", lambda *a, **k: pytest.fail("built inputs it cannot time"))
     with pytest.raises(RuntimeError, match="interpreter"):
         widgets.measure_point(64, 8192, 1, 64, "normal", "exact")
 

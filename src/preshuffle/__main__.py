@@ -1,4 +1,5 @@
-"""Command line: ``python -m preshuffle negotiate ...`` and ``python -m preshuffle bench ...``."""
+"""Command line: ``python -m preshuffle negotiate ...``, ``python -m preshuffle bench ...`` and
+``python -m preshuffle --version`` (versions, device, and the kernel paths it runs)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ def _negotiate(args) -> int:
 def _bench(args) -> int:
     import json
 
-    from . import bench
+    from . import benchmark
+    from .shapes import ANCHOR_SHAPES
 
-    shapes = [bench.ANCHOR_SHAPES[i] for i in args.shapes] if args.shapes else list(bench.ANCHOR_SHAPES)
+    shapes = [ANCHOR_SHAPES[i] for i in args.shapes] if args.shapes else list(ANCHOR_SHAPES)
 
     def save(record, _row):
         if args.out:
@@ -35,7 +37,7 @@ def _bench(args) -> int:
                 json.dump(record, f, indent=1)
 
     try:
-        record = bench.run(shapes, args.variants, programs_per_sm=args.programs_per_sm,
+        record = benchmark.run(shapes, args.variants, programs_per_sm=args.programs_per_sm,
                            torch_baseline=not args.no_torch, fp8_mma=not args.no_fp8_mma, on_row=save)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -47,8 +49,24 @@ def _bench(args) -> int:
     return 0
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`preshuffle.device.version_report` and exit, before any subcommand is needed."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .device import version_report
+
+        print(version_report(__version__))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m preshuffle", description=__doc__)
+    parser.add_argument("--version", action=_VersionAction,
+                        help="print the versions, the device, and which kernel paths run on it")
     commands = parser.add_subparsers(dest="command", required=True)
 
     neg = commands.add_parser("negotiate", help="kernel block size, kernel and acceptance for a --block-size")
@@ -59,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="before and after, for every size given (default: 1, 8 and multiples of 16 to 1024)")
     neg.set_defaults(run=_negotiate)
 
-    from .bench import ANCHOR_SHAPES, PROGRAMS_PER_SM_SWEEP, VARIANTS
+    from .benchmark import PROGRAMS_PER_SM_SWEEP
+    from .shapes import ANCHOR_SHAPES, VARIANTS
 
     ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
     ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(ANCHOR_SHAPES)),

@@ -18,7 +18,9 @@ from .layout import check_layout, check_shuffle_geometry
 
 
 @dataclass(frozen=True)
-class Problem:
+class CallDims:
+    """The dimensions of one checked call, read off its tensors."""
+
     batch: int
     next_n: int
     heads: int
@@ -32,7 +34,7 @@ class Problem:
 
 
 def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout="normal", *,
-                 check_values=True) -> Problem:
+                 check_values=True) -> CallDims:
     """Check dtypes, shapes and devices; with ``check_values`` also the lengths and block ids (this reads
     them on the host, a device sync: pass False when benchmarking inputs already known to be valid)."""
     if not isinstance(q, torch.Tensor) or q.dtype not in FP8_MAX:
@@ -66,11 +68,11 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
 
-    problem = Problem(batch, next_n, heads, head_dim, num_blocks, block_size, block_tables.shape[1],
-                      max_model_len, layout, context_lens.dim() == 2)
+    dims = CallDims(batch, next_n, heads, head_dim, num_blocks, block_size, block_tables.shape[1],
+                    max_model_len, layout, context_lens.dim() == 2)
     if check_values:
-        _check_values(problem, context_lens, block_tables)
-    return problem
+        _check_values(dims, context_lens, block_tables)
+    return dims
 
 
 def kv_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
@@ -81,7 +83,7 @@ def kv_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
     return (context_lens.to(torch.int64).unsqueeze(1) - next_n + j + 1).clamp(min=0)
 
 
-def _check_values(p: Problem, context_lens: torch.Tensor, block_tables: torch.Tensor) -> None:
+def _check_values(p: CallDims, context_lens: torch.Tensor, block_tables: torch.Tensor) -> None:
     lens = context_lens.cpu()
     if lens.numel() == 0:
         return

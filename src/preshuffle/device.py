@@ -1,4 +1,5 @@
-"""Where kernels run: compiled on a CUDA GPU, or under Triton's interpreter on the CPU.
+"""Where kernels run: compiled on a CUDA GPU, or under Triton's interpreter on the CPU; and which kernel paths
+a GPU can run.
 
 Triton reads ``TRITON_INTERPRET`` when a kernel is decorated, so this module must be imported before any
 kernel module; ``preshuffle/__init__.py`` imports it first. An explicit ``TRITON_INTERPRET`` set by the user
@@ -6,6 +7,8 @@ wins.
 """
 
 import os
+import platform
+from dataclasses import dataclass
 
 import torch
 
@@ -15,6 +18,76 @@ if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # Where tensors must live for the kernels of this process.
 KERNEL_DEVICE = "cpu" if INTERPRETED else "cuda"
+
+# The kernel paths, named by what their MMAs multiply: "exact" decodes the fp8 values to fp16 in registers (exact)
+# and adds exact products in fp32; "fp8" feeds the fp8 values to fp8 MMAs, whose narrow accumulator rounds.
+PRECISIONS = ("exact", "fp8")
+# Compute capabilities, from Triton 3.6: its README supports NVIDIA GPUs from 8.0; its NVIDIA backend
+# (backends/nvidia/compiler.py) admits float8e4nv, the e4m3 type both paths view the cache as, only from 8.9, for
+# loads, for the conversion to fp16 (cvt.rn.f16x2.e4m3x2) and for tl.dot alike; wgmma and the TMA of the Hopper
+# kernel exist on sm90 alone (sm100 has tcgen05 instead, sm120 mma.sync).
+TRITON_MIN = (8, 0)
+FP8E4NV_MIN = (8, 9)
+HOPPER = (9, 0)
+
+
+@dataclass(frozen=True)
+class KernelSupport:
+    """What one device can run: the kernel paths (``precisions``, in preference order), whether the sm90
+    TMA/WGMMA kernel can run, and what it lacks, for error messages ("" when nothing is missing)."""
+
+    device: str
+    capability: tuple[int, int] | None
+    precisions: tuple[str, ...]
+    hopper: bool
+    missing: str
+
+    @property
+    def default_precision(self) -> str:
+        """fp8 where fp8 MMAs exist (sm89 and newer), exact under the interpreter (which computes both exactly)."""
+        if not self.precisions:
+            raise ValueError(f"{self.device} can run no kernel path: it lacks {self.missing}")
+        return self.precisions[0]
+
+
+def kernel_support(capability: tuple[int, int] | None, name: str = "") -> KernelSupport:
+    """What a GPU of compute ``capability`` (``None``: Triton's interpreter) can run. Pure: no GPU needed."""
+    if capability is None:
+        return KernelSupport("CPU (Triton interpreter)", None, ("exact", "fp8"), False,
+                             "the sm90 TMA/WGMMA kernel, which only compiles for a Hopper GPU")
+    if (not isinstance(capability, tuple) or len(capability) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in capability)):
+        raise TypeError(f"capability must be None or a (major, minor) tuple of two ints >= 0, got {capability!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    device = f"{name or 'NVIDIA GPU'} (sm{capability[0]}{capability[1]})"
+    lacks = []
+    if capability < TRITON_MIN:
+        lacks.append("compute capability 8.0, the oldest Triton supports")
+    elif capability < FP8E4NV_MIN:
+        lacks.append("compute capability 8.9, from which Triton compiles fp8 e4m3 (float8e4nv) loads, conversions "
+                     "and dots, used by both kernel paths")
+    precisions = ("fp8", "exact") if not lacks else ()
+    hopper = capability == HOPPER
+    if not hopper:
+        lacks.append("the sm90 TMA/WGMMA of the Hopper kernel")
+    return KernelSupport(device, capability, precisions, hopper, "; ".join(lacks))
+
+
+def current_support() -> KernelSupport:
+    """What this process can run: the interpreter's support, or that of the current CUDA device."""
+    if INTERPRETED:
+        return kernel_support(None)
+    return kernel_support(tuple(torch.cuda.get_device_capability()), torch.cuda.get_device_name())
+
+
+def require_precision(precision: str, support: KernelSupport | None = None) -> None:
+    """Raise ValueError unless ``precision`` names a kernel path that ``support`` (default: this process) runs."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    support = support or current_support()
+    if precision not in support.precisions:
+        raise ValueError(f"{support.device} cannot run the {precision} kernel path: it lacks {support.missing}")
 
 
 def kernel_device_error(tensor: torch.Tensor, name: str) -> str | None:
@@ -31,3 +104,21 @@ def describe() -> str:
     if INTERPRETED:
         return "Triton interpreter on the CPU (numpy semantics; timings are not kernel timings)"
     return f"compiled Triton on {torch.cuda.get_device_name()}"
+
+
+def version_report(package_version: str) -> str:
+    """What ``python -m preshuffle --version`` prints: versions, the device, and the kernel paths it runs."""
+    import triton
+
+    support = current_support()
+    paths = ", ".join(p + (" (default)" if p == support.precisions[0] else "") for p in support.precisions)
+    lines = [f"preshuffle {package_version} (Python {platform.python_version()})",
+             f"torch {torch.__version__} ({f'CUDA {torch.version.cuda}' if torch.version.cuda else 'no CUDA'}), "
+             f"Triton {triton.__version__}",
+             f"device: {support.device}",
+             f"kernels: {describe()}",
+             f"kernel paths: {paths or 'none'}",
+             f"Hopper TMA/WGMMA kernel: {'yes' if support.hopper else 'no'}"]
+    if support.missing:
+        lines.append(f"lacks: {support.missing}")
+    return "\n".join(lines)

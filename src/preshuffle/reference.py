@@ -1,4 +1,5 @@
-"""Reference implementations of FP8 paged MQA logits, and how to compare a kernel against them.
+"""Reference implementations of FP8 paged MQA logits: float64 reference, scalar loops, the vectorised PyTorch
+baseline, and each logit's magnitude (the scale :mod:`preshuffle.testing.numeric` measures errors against).
 
 For row ``r = b*next_n + j`` and key position ``p``::
 
@@ -101,31 +102,8 @@ def logits_magnitude(q, kv_cache, weights, context_lens, block_tables, max_model
                                     layout=layout)
 
 
-def check_logits(out, q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal") -> dict:
-    """:func:`compare_logits` of ``out`` against the float64 reference of these inputs, the reference and the
-    magnitudes computed in one pass over the keys."""
+def reference_and_magnitude(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
+    """The float64 reference and :func:`logits_magnitude`, computed in one pass over the keys."""
     ref, magnitude = _reference(q, kv_cache, [weights, weights.abs()], context_lens, block_tables, max_model_len,
                                 layout, torch.float64)
-    return compare_logits(out, ref, magnitude)
-
-
-def compare_logits(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor) -> dict:
-    """How far ``out`` is from ``ref``: whether the -inf patterns are identical, and the largest error of a
-    finite logit relative to its magnitude (1.0 where ``out`` is NaN or the patterns differ)."""
-    out, ref, magnitude = (t.detach().to("cpu", torch.float64) for t in (out, ref, magnitude))
-    if out.shape != ref.shape:
-        raise ValueError(f"out has shape {list(out.shape)}, the reference {list(ref.shape)}")
-    same_mask = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
-    finite = torch.isfinite(ref)
-    if not same_mask or torch.isnan(out).any() or (finite & ~torch.isfinite(out)).any():
-        return {"same_inf_pattern": same_mask, "max_rel_error": 1.0, "finite": int(finite.sum())}
-    err = (out[finite] - ref[finite]).abs() / magnitude[finite].clamp(min=torch.finfo(torch.float32).tiny)
-    return {"same_inf_pattern": True, "max_rel_error": float(err.max()) if err.numel() else 0.0,
-            "finite": int(finite.sum())}
-
-
-def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
-    """DeepGEMM's similarity metric ``1 - 2 sum(xy) / sum(x^2 + y^2)``, masked (-inf) positions zeroed."""
-    x, y = (torch.nan_to_num(t.double(), neginf=0.0) for t in (x, y))
-    denominator = (x * x + y * y).sum()
-    return float(1 - 2 * (x * y).sum() / denominator) if denominator > 0 else 0.0
+    return ref, magnitude

@@ -1,4 +1,5 @@
-"""Reading a results file of ``python -m preshuffle bench``: the comparisons the performance chapter makes."""
+"""Reading a results file of ``python -m preshuffle bench``: the comparisons the performance chapter makes.
+Torch-free: it needs the file, the shapes and the recorded anchor figures, not the harness."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ import json
 import math
 from pathlib import Path
 
-from .access import VARIANTS
-from .bench import DEEPGEMM_H200, Shape
-from .tuning import default_programs_per_sm
+from .anchors import DEEPGEMM_H200
+from .shapes import VARIANTS, Shape
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
@@ -20,13 +20,9 @@ def load(path: str | Path = RESULTS / "h200.json") -> dict:
 
 def rule_rows(record: dict, kind: str = "kernel") -> dict:
     """(shape, variant) -> the timed row of ``kind`` whose split is the package's launch rule, i.e. what a
-    caller of ``fp8_paged_mqa_logits`` gets."""
-    rows = {}
-    for r in record["rows"]:
-        shape = Shape(**r["shape"])
-        if r["kind"] == kind and "us" in r and r.get("programs_per_sm") in (None, default_programs_per_sm(shape.batch)):
-            rows[(shape, r["variant"])] = r
-    return rows
+    caller of ``fp8_paged_mqa_logits`` gets: a row flagged ``rule``, or one with no split at all."""
+    return {(Shape(**r["shape"]), r["variant"]): r for r in record["rows"]
+            if r["kind"] == kind and "us" in r and r.get("rule", r.get("programs_per_sm") is None)}
 
 
 def _ratio(us: dict, slow: str, *fast: str) -> float | None:
@@ -53,10 +49,11 @@ def summary(record: dict) -> list[dict]:
             "shape": shape, "best": best, "us": row["us"], "gb_per_s": row["gb_per_s"], "pct_copy": row["pct_copy"],
             "tflop_per_s": row["tflop_per_s"], "max_rel_error": row["max_rel_error"],
             "flop_per_byte": row["tflop_per_s"] * 1e12 * row["us"] * 1e-6 / row["bytes"],
-            "deepgemm_pct": recorded[2] if recorded else None, "deepgemm_us": recorded[0] if recorded else None,
-            "naive_triton_us_recorded": recorded[3] if recorded else None,
-            "torch_us_recorded": recorded[4] if recorded else None,
-            "over_torch_recorded": recorded[4] / row["us"] if recorded and recorded[4] else None,
+            "deepgemm_pct": recorded.pct_copy if recorded else None,
+            "deepgemm_us": recorded.us if recorded else None,
+            "naive_triton_us_recorded": recorded.naive_triton_us if recorded else None,
+            "torch_us_recorded": recorded.torch_us if recorded else None,
+            "over_torch_recorded": recorded.torch_us / row["us"] if recorded and recorded.torch_us else None,
             "us_by_variant": us,
             "block16_over_block1": _ratio(us, "block1", "block16-normal", "block16-shuffle"),
             "block64_over_block1": _ratio(us, "block1", "block64-normal", "block64-shuffle"),
@@ -181,6 +178,6 @@ def workload_bars(record: dict, batch: int, avg_ctx: int, next_n: int, block_siz
         bars.append({"label": f"ours {name} ({precision})", "us": row.get("us"), "pct_copy": row.get("pct_copy"),
                      "chosen": variant == (block_size, layout)})
     recorded = DEEPGEMM_H200.get(shape)
-    bars.append({"label": "DeepGEMM (recorded)", "us": recorded[0] if recorded else None,
-                 "pct_copy": recorded[2] if recorded else None, "chosen": False})
+    bars.append({"label": "DeepGEMM (recorded)", "us": recorded.us if recorded else None,
+                 "pct_copy": recorded.pct_copy if recorded else None, "chosen": False})
     return shape, bars

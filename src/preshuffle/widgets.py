@@ -11,13 +11,15 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 from IPython.display import Image, display
 
-from . import bench, device, plots, report
-from .access import VARIANTS
-from .bench import Shape
+from . import benchmark, device, plots, report
+from .kernels import fp8_paged_mqa_logits
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
 from .plots import CACHE_LINE
-from .tuning import config_for
+from .shapes import VARIANTS, Shape
+from .testing import timing
+from .testing.inputs import benchmark_problem
+from .testing.numeric import meets_contract
 
 MANAGER_BLOCK_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 768, 1024)
 PR_STATES = ("after PR #51216", "before PR #51216")
@@ -135,26 +137,26 @@ def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
 BATCHES = tuple(2 ** i for i in range(13))
 CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(10, 18))
 NEXT_NS = (1, 2, 3)
-DOTS = {"exact": "fp16", "fp8": "fp8"}  # precision -> the kernel's MMA (fp16 MMAs on fp8 values are exact)
+PRECISIONS = tuple(report.PRECISION_KINDS)
 LIVE_TOKEN_LIMIT = 1 << 25  # batch x context a live measurement may allocate (the largest anchor shape)
 
 
 def measure_point(batch: int, avg_ctx: int, next_n: int, block_size: int, layout: str, precision: str) -> dict:
-    """Our kernel timed at exactly this point on the GPU, one more bar for ``plots.workload_plot``: checked
-    against the float64 reference first (an exact kernel outside the contract is not timed; fp8 always is)."""
-    if precision not in DOTS:
-        raise ValueError(f"precision must be one of {tuple(DOTS)}, got {precision!r}")
+    """Our kernel (the one ``fp8_paged_mqa_logits`` picks on this GPU) timed by the benchmark harness at exactly
+    this point, at ``precision``: one more bar for ``plots.workload_plot``. Checked against the float64 reference
+    first; a result outside the precision's accuracy contract is not reported."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if batch * avg_ctx > LIVE_TOKEN_LIMIT:
         raise ValueError(f"batch x avg_ctx must be at most {LIVE_TOKEN_LIMIT} tokens to measure live, got "
                          f"{batch} x {avg_ctx}")
-    ceiling = bench.copy_bandwidth()  # refuses under Triton's interpreter before anything is built
+    ceiling = timing.copy_bandwidth()  # refuses under Triton's interpreter before anything is built
     shape = Shape(batch, next_n, avg_ctx)
-    inputs = bench.build_inputs(shape, block_size, layout)
-    config = config_for(batch, inputs["max_model_len"], dot=DOTS[precision])
-    row = bench.measure(bench.kernel_fn(inputs, config), inputs, copy_bytes_per_s=ceiling,
-                        require_accuracy=precision == "exact")
-    if "us" not in row:
-        raise RuntimeError(f"not timed: error {row['max_rel_error']:.1e} is outside the {bench.RTOL} contract")
+    problem = benchmark_problem(shape, block_size, layout)
+    row = benchmark.measure(lambda: problem.call(fp8_paged_mqa_logits, check_values=False, precision=precision),
+                            problem, copy_bytes_per_s=ceiling, require_accuracy=precision == "exact")
+    if "us" not in row or not meets_contract(row, precision):
+        raise RuntimeError(f"not reported: error {row['max_rel_error']:.1e} is outside the {precision} contract")
     return {"label": f"live: {shape.label}", "us": row["us"], "pct_copy": row["pct_copy"], "chosen": True}
 
 
@@ -185,7 +187,7 @@ def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, var
         next_n=widgets.ToggleButtons(options=NEXT_NS, value=next_n, description="next_n"),
         variant=widgets.Dropdown(options=[(name, v) for name, v in VARIANTS.items()], value=variant,
                                  description="cache"),
-        precision=widgets.ToggleButtons(options=list(DOTS), value=precision, description="precision"),
+        precision=widgets.ToggleButtons(options=PRECISIONS, value=precision, description="precision"),
         record=widgets.fixed(record or report.load()), live=widgets.fixed(live),
     )
     button = widgets.Button(description="measure live", disabled=device.INTERPRETED)

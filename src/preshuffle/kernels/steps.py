@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from . import device  # noqa: F401  (sets TRITON_INTERPRET before the kernels below are decorated)
-from .contract import check_inputs
+from .. import device  # noqa: F401  (sets TRITON_INTERPRET before the kernels below are decorated)
+from ..contract import check_inputs
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -74,11 +74,13 @@ def _per_block_grid_kernel(q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out
         tl.store(out_ptr + b.to(tl.int64) * out_stride + pos, logits)
 
 
-def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len):
+def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
     """Step 2: one program per (sequence, block), natural layout, next_n = 1, 1-D context lengths."""
-    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len)
-    if p.next_n != 1 or p.ctx_2d or p.block_size < 16:
-        raise ValueError("step 2 handles next_n = 1, 1-D context_lens and block sizes >= 16 only")
+    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
+    if p.next_n != 1 or p.ctx_2d or p.block_size < 16 or layout != "normal":
+        raise ValueError("step 2 handles next_n = 1, 1-D context_lens, block sizes >= 16 and the normal layout "
+                         f"only, got next_n {p.next_n}, {context_lens.dim()}-D context_lens, block size "
+                         f"{p.block_size}, layout {layout!r}")
     width = p.max_blocks * p.block_size  # the grid covers whole blocks; the row is cut to max_model_len after
     out = torch.full((p.batch, max(width, max_model_len)), -math.inf, dtype=torch.float32, device=q.device)
     _per_block_grid_kernel[(p.batch, p.max_blocks)](

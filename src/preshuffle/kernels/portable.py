@@ -17,12 +17,11 @@ filled with -inf without touching the cache, so the output is fully defined up t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from . import device  # noqa: F401  (sets TRITON_INTERPRET before the kernel below is decorated)
-from .contract import check_inputs
+from .. import device  # first: sets TRITON_INTERPRET before the kernel below is decorated
+from ..contract import CallDims
+from .launch import LaunchConfig
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -196,66 +195,23 @@ def _paged_mqa_logits_kernel(
         tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
 
 
-DOT_MODES = ("fp8", "fp8-acc32", "fp16")
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """How one call is cut into programs: ``chunk`` positions per ``tl.dot``, ``tokens_per_program``
-    positions per program (a multiple of ``chunk``), and Triton's ``num_warps``/``num_stages``."""
-
-    chunk: int = 64
-    tokens_per_program: int | None = None
-    num_warps: int = 4
-    num_stages: int = 2
-    dot: str = "fp16"
-
-    def __post_init__(self):
-        if self.chunk < 16 or self.chunk & (self.chunk - 1):
-            raise ValueError(f"chunk must be a power of two >= 16, got {self.chunk}")
-        if self.dot not in DOT_MODES:
-            raise ValueError(f"dot must be one of {DOT_MODES}, got {self.dot!r}")
-        if self.tokens_per_program is not None and (self.tokens_per_program <= 0
-                                                    or self.tokens_per_program % self.chunk):
-            raise ValueError(f"tokens_per_program must be a positive multiple of chunk {self.chunk}, "
-                             f"got {self.tokens_per_program}")
-
-
-def default_config(batch: int, max_model_len: int) -> LaunchConfig:
-    """Under the interpreter every program costs Python overhead, so one program per sequence; compiled, split
-    each row so that the grid has a few programs per SM."""
-    if device.INTERPRETED:
-        chunk = 64
-        return LaunchConfig(chunk, triton.cdiv(max_model_len, chunk) * chunk)
-    from .tuning import config_for
-    return config_for(batch, max_model_len)
-
-
-def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
-                         check_values=True, config: LaunchConfig | None = None, out: torch.Tensor | None = None):
-    """Triton FP8 paged MQA logits: same contract and output as
-    :func:`preshuffle.reference.fp8_paged_mqa_logits_ref`, fp32 ``[B * next_n, max_model_len]``.
-
-    The kernel block size is read from ``kv_cache.shape[1]``. ``check_values=False`` skips the checks that read
-    context lengths and block ids on the host (a device sync), for benchmarking known-good inputs. ``out``, an
-    fp32 ``[B * next_n, max_model_len]`` tensor, receives the result instead of a new one; every element is
-    written."""
-    p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
-                     check_values=check_values)
+def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims: CallDims, *,
+                              layout: str, config: LaunchConfig, out: torch.Tensor | None):
+    """Launch the portable kernel on inputs :func:`preshuffle.contract.check_inputs` accepted (``dims``); see
+    :func:`preshuffle.kernels.fp8_paged_mqa_logits`."""
     if q.dtype != torch.float8_e4m3fn:
         raise TypeError(f"the Triton kernel takes q as torch.float8_e4m3fn, got {q.dtype}")
-    if p.heads < 16 or p.heads & (p.heads - 1):
-        raise ValueError(f"the Triton kernel needs a power-of-two number of heads >= 16, got {p.heads}")
-    if p.head_dim & (p.head_dim - 1):
-        raise ValueError(f"the Triton kernel needs a power-of-two head_dim, got {p.head_dim}")
+    if dims.heads < 16 or dims.heads & (dims.heads - 1):
+        raise ValueError(f"the Triton kernel needs a power-of-two number of heads >= 16, got {dims.heads}")
+    if dims.head_dim & (dims.head_dim - 1):
+        raise ValueError(f"the Triton kernel needs a power-of-two head_dim, got {dims.head_dim}")
     for name, tensor in (("q", q), ("kv_cache", kv_cache)):
-        problem = device.kernel_device_error(tensor, name)
-        if problem:
-            raise ValueError(problem)
-    config = config or default_config(p.batch, max_model_len)
+        error = device.kernel_device_error(tensor, name)
+        if error:
+            raise ValueError(error)
     tokens_per_program = config.tokens_per_program or triton.cdiv(max_model_len, config.chunk) * config.chunk
     block_tables = block_tables.contiguous()
-    shape = (p.batch * p.next_n, max_model_len)
+    shape = (dims.batch * dims.next_n, max_model_len)
     if out is None:
         out = torch.empty(shape, dtype=torch.float32, device=q.device)
     elif out.dtype != torch.float32 or tuple(out.shape) != shape or not out.is_contiguous() or out.device != q.device:
@@ -263,14 +219,13 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
                          f"{out.dtype} {list(out.shape)} on {out.device}")
     if out.numel() == 0:
         return out
-    grid = (p.batch, triton.cdiv(max_model_len, tokens_per_program))
+    grid = (dims.batch, triton.cdiv(max_model_len, tokens_per_program))
     _paged_mqa_logits_kernel[grid](
         q.contiguous().view(torch.uint8), kv_cache, kv_cache.view(torch.float32), weights.contiguous(),
         context_lens.contiguous(), block_tables, out,
         block_tables.stride(0), out.stride(0), max_model_len, tokens_per_program,
-        NEXT_N=p.next_n, NEXT_N_PAD=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
-        BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk, DOT=config.dot,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        NEXT_N=dims.next_n, NEXT_N_PAD=triton.next_power_of_2(dims.next_n), H=dims.heads, D=dims.head_dim,
+        BLOCK_SIZE=dims.block_size, SHUFFLED=layout == "shuffle", CTX_2D=dims.ctx_2d, CHUNK=config.chunk,
+        DOT=config.dot, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out
-

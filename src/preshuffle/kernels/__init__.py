@@ -1,0 +1,124 @@
+"""The FP8 paged-MQA-logits kernels behind one entry point, :func:`fp8_paged_mqa_logits`: the portable Triton kernel
+(:mod:`.portable`, every GPU Triton compiles fp8 for, and the CPU through Triton's interpreter), the Hopper kernel
+(:mod:`.hopper`, Gluon: TMA, mbarriers, WGMMA), their launch rules (:mod:`.launch`) and chapter 3's teaching steps
+(:mod:`.steps`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .. import device
+from ..contract import check_inputs
+from .launch import HopperConfig, LaunchConfig, default_config, hopper_config
+from .portable import portable_paged_mqa_logits
+
+__all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
+
+# The portable kernel's MMA for each precision: fp8 values widened to fp16 (exact products, fp32 sums), or fp8.
+_DOT = {"exact": "fp16", "fp8": "fp8"}
+# Launches of the Hopper kernel for unchecked calls, by everything a call's checks and Triton's specialisation
+# depend on (dimensions, dtypes, devices, contiguity, 16-byte alignment, the cache's address). A launch holds the
+# cache's TMA descriptors, not the cache.
+_LAUNCHES: dict = {}
+_MAX_LAUNCHES = 64
+
+
+def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=None) -> str:
+    """Which kernel a call runs here: "hopper" on an sm90 GPU for the dimensions it takes (unless a portable
+    :class:`LaunchConfig` is given), else "portable"."""
+    if isinstance(config, LaunchConfig) or not device.current_support().hopper:
+        return "portable"
+    from .hopper import supports
+
+    reason = supports(block_size, heads, head_dim, next_n)
+    if reason and isinstance(config, HopperConfig):
+        raise ValueError(f"the Hopper kernel cannot take this call: {reason}")
+    return "portable" if reason else "hopper"
+
+
+def _launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, precision, config, out):
+    return (q.shape, q.dtype, q.device, q.is_contiguous(), q.data_ptr() % 16, kv_cache.data_ptr(), kv_cache.shape,
+            kv_cache.dtype, kv_cache.device, weights.shape, weights.dtype, weights.device, weights.is_contiguous(),
+            weights.data_ptr() % 16, context_lens.shape, context_lens.dtype, context_lens.device,
+            context_lens.is_contiguous(), context_lens.data_ptr() % 16, block_tables.shape, block_tables.dtype,
+            block_tables.device, block_tables.stride(), block_tables.data_ptr() % 16, max_model_len, layout,
+            precision, config, out is None or out.data_ptr() % 16)
+
+
+def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
+                         precision: str | None = None, check_values=True, config=None, out: torch.Tensor | None = None):
+    """FP8 paged MQA logits: same contract and output as :func:`preshuffle.reference.fp8_paged_mqa_logits_ref`,
+    fp32 ``[B * next_n, max_model_len]``, -inf where a row may not see a position.
+
+    ``precision``: "fp8" multiplies the fp8 values on fp8 tensor cores (DeepGEMM's numerics, what vLLM runs on
+    Hopper: about 3e-4 of each logit's sum of |terms|), "exact" adds exact products in fp32 (1e-7). Default: fp8
+    on a GPU with fp8 MMAs, exact under the interpreter (which computes both exactly); a GPU that cannot run the
+    precision asked for raises ValueError naming what it lacks.
+
+    On an sm90 GPU the Hopper kernel runs when it takes the dimensions (block size a multiple of 16, head_dim 128,
+    16-128 heads, next_n <= 4), else the portable one; ``config`` picks one explicitly (:class:`HopperConfig` or
+    :class:`LaunchConfig`) and sets its launch. The kernel block size is read from ``kv_cache.shape[1]``.
+
+    ``check_values=False`` skips the checks that read context lengths and block ids on the host (a device sync);
+    the result stays defined for any values: NaN where a row may see a position whose block id is outside the
+    cache or the table. Repeated unchecked calls of the same dimensions skip the other checks too and launch the
+    compiled Hopper kernel directly. ``out``, an fp32 ``[B * next_n, max_model_len]`` tensor, receives the result
+    instead of a new one; every element is written."""
+    if not check_values:
+        key = _launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, precision,
+                          config, out)
+        launch = _LAUNCHES.get(key)
+        if launch is not None:
+            shape = (q.shape[0] * q.shape[1], max_model_len)
+            out = _output(out, shape, q.device)
+            launch(q, weights, context_lens, block_tables, out)
+            return out
+    support = device.current_support()
+    if precision is None:
+        precision = support.default_precision
+    device.require_precision(precision, support)
+    dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
+                        check_values=check_values)
+    if config is not None and not isinstance(config, (LaunchConfig, HopperConfig)):
+        raise TypeError(f"config must be a LaunchConfig or a HopperConfig, got {type(config).__name__}")
+    if kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config) == "portable":
+        if isinstance(config, HopperConfig):
+            raise ValueError("a HopperConfig needs an sm90 GPU; this process runs the portable kernel")
+        config = config or default_config(dims.batch, max_model_len)
+        if config.dot != "fp8-acc32" or precision != "fp8":  # fp8-acc32: the fp8 MMA with fp32 promotion
+            config = dataclasses.replace(config, dot=_DOT[precision])
+        return portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims,
+                                         layout=layout, config=config, out=out)
+    from .hopper import launch_hopper
+
+    if q.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"the Hopper kernel takes q as torch.float8_e4m3fn, got {q.dtype}")
+    for name, tensor in (("q", q), ("kv_cache", kv_cache)):
+        error = device.kernel_device_error(tensor, name)
+        if error:
+            raise ValueError(error)
+    shape = (dims.batch * dims.next_n, max_model_len)
+    out = _output(out, shape, q.device)
+    if out.numel() == 0:
+        return out
+    contiguous = (q.contiguous(), weights.contiguous(), context_lens.contiguous(), block_tables.contiguous())
+    launch = launch_hopper(*contiguous[:1], kv_cache, *contiguous[1:], max_model_len, out, layout=layout,
+                           exact=precision == "exact",
+                           config=config or hopper_config(dims.batch, dims.next_n, max_model_len,
+                                                          exact=precision == "exact"))
+    if not check_values and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables))):
+        if len(_LAUNCHES) >= _MAX_LAUNCHES:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = launch
+    return out
+
+
+def _output(out, shape, dev):
+    if out is None:
+        return torch.empty(shape, dtype=torch.float32, device=dev)
+    if out.dtype != torch.float32 or tuple(out.shape) != shape or not out.is_contiguous() or out.device != dev:
+        raise ValueError(f"out must be a contiguous float32 tensor of shape {list(shape)} on {dev}, got "
+                         f"{out.dtype} {list(out.shape)} on {out.device}")
+    return out

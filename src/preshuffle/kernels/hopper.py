@@ -1,0 +1,343 @@
+"""FP8 paged MQA logits for Hopper (sm90), in Gluon: the cache is read by TMA, a loader warp keeps a ring of
+shared-memory stages full through mbarriers, and one math warpgroup multiplies each 64-position chunk by the
+queries with WGMMA, then applies relu, the weights, the head sum and the scales.
+
+Why each piece (the numbers are chapter 5's, measured on an H200):
+
+* **TMA over a paged cache.** A page of B tokens is ``B*132`` bytes: ``B`` rows of 128 value bytes, then the
+  scales. A 3-D descriptor ``[num_blocks, B, 128]`` with a page stride of ``B*132`` bytes lets one copy fetch
+  the ``min(B, 64)`` rows of a chunk (a 16-token page is 4 copies), and a 2-D fp32 descriptor fetches the
+  scales. A block id past the table, the context or the cache becomes -1 or stays out of range: TMA reads such a
+  box as zeros, so no input makes the kernel read outside the cache.
+* **The pipeline.** The loader waits for a free stage, posts the bytes it expects on the stage's barrier and
+  issues the copies; the math warpgroup waits on the barrier and hands the stage back when its MMA is done.
+  Block ids come 32 at a time, one group ahead.
+* **The MMA.** Keys are WGMMA's A operand (M = 64 positions), the queries of up to two rows its B operand
+  (N = 64 or 128 heads), fp32 accumulators. fp8 precision reads both from shared memory in place (DeepGEMM's
+  numerics). The exact precision loads the keys with ldmatrix, widens them to fp16 in registers (exact) and
+  multiplies on fp16 tensor cores; the widened registers are already the fp16 operand once the head dim is
+  reordered, so the queries are stored in that order too. Preshuffled pages are copied raw and read through
+  the shuffle's own address map: the 16-byte rows a lane needs are contiguous, as on AMD.
+* **The split.** Each program owns one sequence and a run of its positions; the launch rule
+  (:func:`preshuffle.kernels.launch.hopper_config`) picks how finely rows are split and how deep the ring is.
+
+Every position of the output row is written: logits where the row may see the position, -inf past that, NaN
+where the block id is invalid (the same contract as the portable kernel).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .launch import CHUNK, HopperConfig
+
+HEAD_DIM = 128
+MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized for
+
+
+def supports(block_size: int, heads: int, head_dim: int, next_n: int) -> str | None:
+    """Why this kernel cannot take a problem of these dimensions, or None when it can."""
+    if block_size % 16:
+        return f"block_size {block_size} is not a multiple of 16 (TMA copies 16-token tiles)"
+    if head_dim != HEAD_DIM:
+        return f"head_dim {head_dim} is not {HEAD_DIM}"
+    if heads not in (16, 32, 64, 128):
+        return f"{heads} heads is not 16, 32, 64 or 128 (WGMMA's N)"
+    if next_n > MAX_NEXT_N:
+        return f"next_n {next_n} is above {MAX_NEXT_N}"
+    return None
+
+
+@gluon.jit
+def _loader(descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read,
+            BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: for each chunk, a free stage, then TMA copies of its pages' values and scales."""
+    kv_desc, sc_desc = descs
+    kv_smem, sc_smem = buffers
+    ready, empty = bars
+    CHUNK_: gl.constexpr = 64
+    D: gl.constexpr = 128
+    COPIES: gl.constexpr = CHUNK_ // TOK
+    SLOT: gl.constexpr = sc_smem.shape[2]
+    lanes = gl.arange(0, 32, layout=gl.BlockedLayout([1], [32], [1], [0]))
+    # Block ids 32 at a time, the next group loaded while this one is used. -1 past the context or the table.
+    first_entry = start // BLOCK_SIZE
+    n_entries = gl.minimum(gl.cdiv(kv_len, BLOCK_SIZE), bt_width)
+    row = bt_ptr + b * bt_stride + first_entry
+    ids = gl.load(row + lanes, mask=first_entry + lanes < n_entries, other=-1)
+    next_ids = gl.load(row + 32 + lanes, mask=first_entry + 32 + lanes < n_entries, other=-1)
+    group = 0
+    for i in range(n_read):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        bar = ready.index(s)
+        mbarrier.expect(bar, CHUNK_ * D + COPIES * SLOT * 4)
+        for c in gl.static_range(COPIES):
+            copy = i * COPIES + c
+            entry = (copy * TOK) // BLOCK_SIZE
+            if entry // 32 != group:
+                group = entry // 32
+                ids = next_ids
+                next_ids = gl.load(row + (group + 1) * 32 + lanes,
+                                   mask=first_entry + (group + 1) * 32 + lanes < n_entries, other=-1)
+            page = gl.sum(gl.where(lanes == entry % 32, ids, 0), axis=0)
+            t0 = (start + copy * TOK) % BLOCK_SIZE
+            dst = kv_smem.index(s).slice(c * TOK, TOK)._reinterpret(gl.float8e4nv, [1, TOK, D], kv_desc.layout)
+            tma.async_copy_global_to_shared(kv_desc, [page, t0, 0], bar, dst)
+            tma.async_copy_global_to_shared(sc_desc, [page, BLOCK_SIZE * (D // 4) + t0], bar,
+                                            sc_smem.index(s).slice(c, 1))
+
+
+@gluon.jit
+def _scales(sc_smem, s, rows: gl.constexpr, TOK: gl.constexpr, num_warps: gl.constexpr):
+    """The chunk's 64 scales from stage s: one slot, or TOK at the head of each copy's 128-byte slot (TMA's
+    alignment in shared memory)."""
+    CHUNK_: gl.constexpr = 64
+    if TOK == CHUNK_:
+        return sc_smem.index(s)._reinterpret(gl.float32, [CHUNK_], gl.SwizzledSharedLayout(1, 1, 1, [0])).load(rows)
+    else:
+        lay: gl.constexpr = gl.BlockedLayout([1, 1], [32 // TOK if TOK < 32 else 1, TOK if TOK < 32 else 32],
+                                             [num_warps, 1], [1, 0])
+        return gl.convert_layout(gl.reshape(sc_smem.index(s).slice(0, TOK, dim=1).load(lay), [CHUNK_]), rows)
+
+
+@gluon.jit
+def _widen_order(x, ROWS: gl.constexpr):
+    """The head-dim order in which fp8 operand registers, widened to fp16, already are the fp16 operand: in each
+    32-wide block, position 16s + 8h + 2c + e of the fp16 operand holds dim 16s + 4c + 2h + e."""
+    x = gl.reshape(x, [ROWS, 4, 2, 4, 2, 2])
+    return gl.reshape(gl.permute(x, [0, 1, 2, 4, 3, 5]), [ROWS, 128])
+
+
+@gluon.jit
+def _keys(k_smem, a8: gl.constexpr, a16: gl.constexpr, SHUFFLED: gl.constexpr, EXACT: gl.constexpr):
+    """One stage's keys [64, D] as WGMMA's A operand: in place (natural fp8), or in registers."""
+    if SHUFFLED:
+        # (t, d) sits at (t//16)*2048 + (d//16)*256 + (t%16)*16 + d%16, a permutation of address bits: each offset
+        # bit names the (token, dim) step it stands for.
+        shuffled: gl.constexpr = gl.SharedLinearLayout(
+            offset_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [1, 0], [2, 0], [4, 0], [8, 0], [0, 16], [0, 32],
+                          [0, 64], [16, 0], [32, 0]])
+        k_smem = k_smem._reinterpret(gl.float8e4nv, k_smem.shape, shuffled)
+    if EXACT:
+        return gl.convert_layout(_widen_order(k_smem.load(a8).to(gl.float16), 64), a16)
+    elif SHUFFLED:
+        return k_smem.load(a8)
+    else:
+        return k_smem
+
+
+@gluon.jit
+def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
+                 J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr, CTX_2D: gl.constexpr):
+    """relu, weights, head sum, scale, masks: the logits [64, GJ] of query rows J0 .. J0+GJ-1, stored."""
+    CHUNK_: gl.constexpr = 64
+    logits = gl.sum(gl.reshape(gl.maximum(acc, 0.0) * w[None, :], [CHUNK_, GJ, H]), axis=2)
+    lay: gl.constexpr = logits.type.layout
+    pos = first + gl.arange(0, CHUNK_, layout=gl.SliceLayout(1, lay))
+    js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
+    # s > 0, so relu(s * x) = s * relu(x): one multiply per position, after the head sum.
+    logits = logits * gl.convert_layout(scale, gl.SliceLayout(1, lay))[:, None]
+    if CTX_2D:
+        visible = gl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)
+    else:
+        visible = kv_len - NEXT_N + js + 1
+    ok = gl.convert_layout(page_ok, gl.SliceLayout(1, lay))[:, None]
+    logits = gl.where(pos[:, None] < visible[None, :], gl.where(ok, logits, float("nan")), float("-inf"))
+    ptrs = out_ptr + (b * NEXT_N + js).to(gl.int64)[None, :] * out_stride + pos[:, None]
+    gl.store(ptrs, logits, mask=(pos < end)[:, None] & (js < NEXT_N)[None, :])
+
+
+@gluon.jit
+def _math(ptrs, buffers, bars, bt_stride, bt_width, out_stride, num_blocks, b, start, end, kv_len, n_read,
+          NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr,
+          STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr, EXACT: gl.constexpr,
+          num_warps: gl.constexpr):
+    """One warpgroup: per chunk, MMAs of the keys against the queries of two rows at a time (one for next_n = 1),
+    each followed by its epilogue; then -inf for the positions past the context."""
+    q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
+    kv_smem, sc_smem = buffers
+    ready, empty = bars
+    CHUNK_: gl.constexpr = 64
+    D: gl.constexpr = 128
+    GJ: gl.constexpr = 2 if NP >= 2 else 1     # query rows per MMA
+    NG: gl.constexpr = NP // GJ                # MMAs per chunk
+    N: gl.constexpr = GJ * H
+    mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 32])
+    a8: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma8, k_width=4)
+    if EXACT:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
+        a16: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        q_dtype: gl.constexpr = gl.float16
+    else:
+        mma: gl.constexpr = mma8
+        a16: gl.constexpr = a8
+        q_dtype: gl.constexpr = gl.float8e4nv
+    rows: gl.constexpr = gl.SliceLayout(1, mma)
+    cols: gl.constexpr = gl.SliceLayout(0, mma)
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+
+    # Queries [NP*H, D], row j*H + h (zero rows for j >= NEXT_N), into shared memory: WGMMA's B operand.
+    qb: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
+    r = gl.arange(0, NP * H, layout=gl.SliceLayout(1, qb))
+    d = gl.arange(0, D, layout=gl.SliceLayout(0, qb))
+    q = gl.load(q_ptr + (b * NEXT_N * H + r).to(gl.int64)[:, None] * D + d[None, :],
+                mask=(r < NEXT_N * H)[:, None], other=0.0)
+    q_smem = gl.allocate_shared_memory(q_dtype, [NP * H, D],
+                                       gl.NVMMASharedLayout.get_default_for([NP * H, D], q_dtype))
+    if EXACT:
+        q = _widen_order(q.to(gl.float16), NP * H)
+    q_smem.store(q.to(q_dtype))
+    fence_async_shared()
+    if NG == 1:
+        c = gl.arange(0, N, layout=cols)
+        w = gl.load(w_ptr + b * NEXT_N * H + c, mask=c < NEXT_N * H, other=0.0)
+    else:  # registers hold one MMA's weights at a time
+        c = gl.arange(0, NP * H, layout=flat)
+        w_smem = gl.allocate_shared_memory(gl.float32, [NP * H], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        w_smem.store(gl.load(w_ptr + b * NEXT_N * H + c, mask=c < NEXT_N * H, other=0.0))
+
+    tok = gl.arange(0, CHUNK_, layout=rows)
+    zero = gl.zeros([CHUNK_, N], gl.float32, layout=mma)
+    bt_row = bt_ptr + b * bt_stride
+    entry = (start + tok) // BLOCK_SIZE
+    ids = gl.load(bt_row + entry, mask=(start + tok < kv_len) & (entry < bt_width), other=-1)
+    for i in range(n_read):
+        s = i % STAGES
+        first = start + i * CHUNK_
+        page_ok = (ids >= 0) & (ids < num_blocks)
+        nxt = first + CHUNK_ + tok                       # the next chunk's block ids, a chunk ahead
+        entry = nxt // BLOCK_SIZE
+        ids = gl.load(bt_row + entry, mask=(nxt < kv_len) & (entry < bt_width), other=-1)
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        scale = _scales(sc_smem, s, rows, TOK, num_warps)
+        a = _keys(kv_smem.index(s), a8, a16, SHUFFLED, EXACT)
+        for g in gl.static_range(NG):
+            acc = warpgroup_mma(a, q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            if g == NG - 1:
+                # The scales (and on the register paths the keys) were read by ordinary loads: order them before
+                # the loader's next TMA write into this stage, then hand the stage back.
+                fence_async_shared()
+                mbarrier.arrive(empty.index(s), count=1)
+            if NG == 1:
+                wg = w
+            else:
+                wg = w_smem.slice(g * N, N).load(cols)
+            _store_chunk(acc, wg, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
+                         J0=g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
+
+    # Positions past the context: -inf, without touching the cache.
+    tail = gl.arange(0, CHUNK_, layout=flat)
+    neg_inf = gl.full([CHUNK_], float("-inf"), gl.float32, layout=flat)
+    for first in range(start + n_read * CHUNK_, end, CHUNK_):
+        for j in gl.static_range(NEXT_N):
+            gl.store(out_ptr + (b * NEXT_N + j).to(gl.int64) * out_stride + first + tail, neg_inf,
+                     mask=first + tail < end)
+
+
+@gluon.jit
+def _hopper_kernel(q_ptr, kv_desc, sc_desc, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+                   bt_stride, bt_width, out_stride, max_model_len, tokens_per_program, num_blocks,
+                   NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+                   TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
+                   EXACT: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    CHUNK_: gl.constexpr = 64
+    D: gl.constexpr = 128
+    b = gl.program_id(0)
+    start = gl.program_id(1) * tokens_per_program
+    end = gl.minimum(start + tokens_per_program, max_model_len)
+    if CTX_2D:
+        kv_len = gl.load(ctx_ptr + b * NEXT_N)
+        for j in gl.static_range(1, NEXT_N):
+            kv_len = gl.maximum(kv_len, gl.load(ctx_ptr + b * NEXT_N + j))
+    else:
+        kv_len = gl.load(ctx_ptr + b)
+    n_read = gl.cdiv(gl.maximum(gl.minimum(end, kv_len) - start, 0), CHUNK_)
+
+    # Natural pages land 128-byte swizzled, as WGMMA reads them in place; preshuffled pages are copied raw into
+    # the same (1024-byte aligned) ring.
+    kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, CHUNK_, D],
+                                        gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
+    sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, CHUNK_ // TOK, sc_desc.block_type.shape[1]],
+                                        sc_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+
+    buffers = (kv_smem, sc_smem)
+    bars = (ready, empty)
+    gl.warp_specialize([
+        (_math, ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
+                 bt_stride, bt_width, out_stride, num_blocks, b, start, end, kv_len, n_read,
+                 NEXT_N, NP, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
+        (_loader, ((kv_desc, sc_desc), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read,
+                   BLOCK_SIZE, TOK, STAGES)),
+    ], [1], [LOADER_REGS])
+
+
+def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """TMA descriptors over a cache's values (``min(B, 64)`` rows of one page per copy) and its scales."""
+    num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
+    tok = min(block_size, CHUNK)
+    page_bytes = block_size * (HEAD_DIM + 4)
+    # A page's values as [block_size, 128] rows: a copy of tok rows is tok*128 contiguous bytes, which for a
+    # preshuffled page (t0 a multiple of 16) is whole 16-token tiles, copied raw.
+    kv_layout = gl.NVMMASharedLayout(swizzle_byte_width=0 if layout == "shuffle" else 128, element_bitwidth=8, rank=3)
+    values = TensorDescriptor(kv_cache.view(torch.float8_e4m3fn), [num_blocks, block_size, HEAD_DIM],
+                              [page_bytes, HEAD_DIM, 1], [1, tok, HEAD_DIM], kv_layout)
+    # Scales: tok words at column block_size*32 + t0 of the page's row of words, copied into 128-byte slots; a box
+    # reaching past the row reads zeros.
+    scales = TensorDescriptor(kv_cache.view(torch.float32), [num_blocks, page_bytes // 4], [page_bytes // 4, 1],
+                              [1, max(tok, 32)], gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32))
+    return values, scales
+
+
+class HopperLaunch:
+    """One compiled specialisation, called through its C launcher with the cache's TMA descriptors already
+    encoded and the dimension arguments fixed: what is left of a call's host work is passing five tensors."""
+
+    def __init__(self, compiled, descs, grid, fixed):
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+
+        launcher = compiled.run
+        inner = launcher.launch
+        cells = dict(zip(inner.__code__.co_freevars, (c.cell_contents for c in inner.__closure__)))
+        if launcher.global_scratch_size or launcher.profile_scratch_size:
+            raise RuntimeError("the Hopper kernel needs no scratch memory")
+        self.raw = cells["launcher"]
+        self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                     compiled.packed_metadata, None, None, None)
+        self.descs = tuple(x for desc, meta in zip(descs, cells["tensordesc_meta"])
+                           for x in make_tensordesc_arg(desc, meta))
+        self.grid, self.fixed = grid, fixed
+
+    def __call__(self, q, weights, context_lens, block_tables, out):
+        self.raw(self.grid[0], self.grid[1], 1, torch._C._cuda_getCurrentRawStream(q.device.index), *self.head, q,
+                 *self.descs, weights, context_lens, block_tables, out, *self.fixed)
+
+
+def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_len, out, *, layout: str,
+                  exact: bool, config: HopperConfig) -> HopperLaunch:
+    """Launch the kernel on checked inputs (see :func:`preshuffle.kernels.fp8_paged_mqa_logits`) through Triton's
+    JIT, and return the launch that repeats it for tensors of the same dimensions and alignment."""
+    batch, next_n, heads, _ = q.shape
+    num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
+    grid = (batch, triton.cdiv(max_model_len, config.tokens_per_program))
+    dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, config.tokens_per_program,
+            num_blocks)
+    constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
+                      TOK=min(block_size, CHUNK), STAGES=config.stages, SHUFFLED=layout == "shuffle",
+                      CTX_2D=context_lens.dim() == 2, EXACT=exact, LOADER_REGS=config.loader_regs)
+    descs = descriptors(kv_cache, layout)
+    compiled = _hopper_kernel[grid](q, *descs, weights, context_lens, block_tables, out, *dims, **constexprs,
+                                    num_warps=4, maxnreg=config.maxnreg)
+    return HopperLaunch(compiled, descs, grid, (*dims, *constexprs.values(), 4))

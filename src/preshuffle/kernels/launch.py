@@ -1,0 +1,110 @@
+"""How a call is cut into programs: :class:`LaunchConfig` for the portable kernel, :class:`HopperConfig` for the
+Hopper kernel, and the rules measured on the H200 that pick one for a shape.
+
+Portable kernel:
+benchmarks/tune.py compared chunks of 64/128 positions, 4/8 warps and 1-6 pipeline stages on the anchor shapes
+(benchmarks/NOTES.md has the numbers): 64 positions, 4 warps, 5 stages was fastest on every shape (4 stages
+lose 7-20%, chunks of 128 lose 15-45%). What depends on the shape is how finely each sequence's row is split
+into programs: batches of 64 or fewer were fastest near 4 programs per SM, batches of 128-256 at 16, and 4096
+is flat (one program per sequence is already 31 per SM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from .. import device
+
+DOT_MODES = ("fp8", "fp8-acc32", "fp16")
+CHUNK, NUM_WARPS, NUM_STAGES = 64, 4, 5
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How one call is cut into programs: ``chunk`` positions per ``tl.dot``, ``tokens_per_program``
+    positions per program (a multiple of ``chunk``), and Triton's ``num_warps``/``num_stages``."""
+
+    chunk: int = 64
+    tokens_per_program: int | None = None
+    num_warps: int = 4
+    num_stages: int = 2
+    dot: str = "fp16"
+
+    def __post_init__(self):
+        if self.chunk < 16 or self.chunk & (self.chunk - 1):
+            raise ValueError(f"chunk must be a power of two >= 16, got {self.chunk}")
+        if self.dot not in DOT_MODES:
+            raise ValueError(f"dot must be one of {DOT_MODES}, got {self.dot!r}")
+        if self.tokens_per_program is not None and (self.tokens_per_program <= 0
+                                                    or self.tokens_per_program % self.chunk):
+            raise ValueError(f"tokens_per_program must be a positive multiple of chunk {self.chunk}, "
+                             f"got {self.tokens_per_program}")
+
+
+def default_programs_per_sm(batch: int) -> int:
+    return 4 if batch < 128 else 16
+
+
+def multiprocessor_count() -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def config_for(batch: int, max_model_len: int, *, programs_per_sm: int | None = None, chunk: int = CHUNK,
+               num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
+    """Split each row so that ``batch * splits`` is about ``programs_per_sm`` programs per SM, never cutting
+    below one chunk per program: small batches with long contexts get split along the context."""
+    programs_per_sm = programs_per_sm or default_programs_per_sm(batch)
+    chunks = triton.cdiv(max_model_len, chunk)
+    splits = max(1, min(chunks, triton.cdiv(programs_per_sm * multiprocessor_count(), batch)))
+    return LaunchConfig(chunk, triton.cdiv(chunks, splits) * chunk, num_warps, num_stages, **fields)
+
+
+def default_config(batch: int, max_model_len: int) -> LaunchConfig:
+    """Under the interpreter every program costs Python overhead, so one program per sequence; compiled, split
+    each row so that the grid has a few programs per SM."""
+    if device.INTERPRETED:
+        return LaunchConfig(CHUNK, triton.cdiv(max_model_len, CHUNK) * CHUNK)
+    return config_for(batch, max_model_len)
+
+
+@dataclass(frozen=True)
+class HopperConfig:
+    """How one call of the Hopper kernel is cut: ``tokens_per_program`` positions per program (a multiple of 64),
+    a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
+    programs share an SM; the loader warp gets ``loader_regs``)."""
+
+    tokens_per_program: int
+    stages: int = 4
+    maxnreg: int = 80
+    loader_regs: int = 40
+
+    def __post_init__(self):
+        if self.tokens_per_program <= 0 or self.tokens_per_program % CHUNK:
+            raise ValueError(f"tokens_per_program must be a positive multiple of {CHUNK}, got {self.tokens_per_program}")
+        if not 2 <= self.stages <= 12:
+            raise ValueError(f"stages must be in [2, 12], got {self.stages}")
+
+
+def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
+    """Programs per SM for the Hopper kernel, from the H200 sweeps (benchmarks/NOTES.md): 2 for small batches (each
+    row split across SMs), 4 once two query rows share an MMA, 8 from 256 sequences; the exact path, whose fp16
+    MMAs take longer, wants 4 at 128 sequences and 2 again at 4096."""
+    if exact:
+        return 2 if batch < 128 or batch >= 1024 else 4 if batch < 256 else 8
+    if batch >= 256:
+        return 8
+    return 2 if next_n == 1 else 4
+
+
+def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False,
+                  programs_per_sm: int | None = None, stages: int = 4) -> HopperConfig:
+    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape; 80
+    registers a thread fit one query row's accumulators (3 programs an SM), two rows or the exact path need 128."""
+    pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact)
+    chunks = triton.cdiv(max_model_len, CHUNK)
+    splits = max(1, min(chunks, triton.cdiv(pps * multiprocessor_count(), batch)))
+    maxnreg = 80 if next_n == 1 and not exact else 128
+    return HopperConfig(triton.cdiv(chunks, splits) * CHUNK, stages, maxnreg)

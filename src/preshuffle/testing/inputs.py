@@ -1,0 +1,96 @@
+"""Random paged-MQA-logits problems: small ones written through the real cache writer (tests, notebooks), and
+benchmark-sized ones built the way the performance spec says."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import device as kernel_device
+from ..cache import allocate_k_cache, sequence_slots, write_k_cache
+from ..problem import PagedMQAProblem
+from ..shapes import Shape
+
+# The benchmark's geometry (the performance spec's H = 64, D = 128).
+HEADS = 64
+HEAD_DIM = 128
+
+
+def scattered_block_tables(blocks_per_seq, num_blocks: int, width: int, generator: torch.Generator) -> torch.Tensor:
+    """int32 ``[B, width]``: sequence b's ``blocks_per_seq[b]`` kernel blocks dealt in order from one random
+    permutation of all ``num_blocks`` blocks, so pages are scattered and never shared; the rest of a row is 0."""
+    perm = torch.randperm(num_blocks, generator=generator).to(torch.int32)
+    tables = torch.zeros(len(blocks_per_seq), width, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(int(n) for n in blocks_per_seq):
+        tables[b, :n] = perm[used:used + n]
+        used += n
+    return tables
+
+
+def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: int = 128, block_size: int = 16,
+                   layout: str = "normal", ctx_2d: bool = False, extra_blocks: int = 2, spare_columns: int = 1,
+                   max_model_len: int | None = None, seed: int = 0, device=None,
+                   scale_fmt: str | None = None) -> PagedMQAProblem:
+    """A batch whose sequence b has ``context_lens[b]`` tokens of random keys, written by slot through a block
+    table drawn from a random permutation of the cache's blocks (``extra_blocks`` unused ones), with
+    ``spare_columns`` padding entries (id 0) at the end of each table row.
+
+    With ``ctx_2d`` each row j of a sequence gets its own length, ``context_lens[b] - (next_n - 1 - j)`` (never
+    below 0), as a speculative-decoding caller would pass. The tensors go to ``device``, by default the one this
+    process's kernels run on (the CPU under the interpreter, else the GPU)."""
+    g = torch.Generator().manual_seed(seed)
+    lens = [int(n) for n in context_lens]
+    batch = len(lens)
+    blocks = [-(-n // block_size) for n in lens]
+    max_blocks = max(blocks, default=0) + spare_columns
+    num_blocks = sum(blocks) + extra_blocks
+    block_tables = scattered_block_tables(blocks, num_blocks, max(max_blocks, 1), g)
+    kv_cache = allocate_k_cache(num_blocks, block_size, head_dim)
+    for b, n in enumerate(lens):
+        k = torch.randn(n, head_dim, generator=g) * torch.rand(n, 1, generator=g) * 4
+        write_k_cache(kv_cache, k, sequence_slots(block_tables[b], n, block_size), layout=layout,
+                      scale_fmt=scale_fmt)
+    q = (torch.randn(batch, next_n, heads, head_dim, generator=g) * 2).to(torch.float8_e4m3fn)
+    weights = torch.randn(batch * next_n, heads, generator=g)
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    if ctx_2d:
+        j = torch.arange(next_n)
+        ctx = (ctx.unsqueeze(1) - (next_n - 1 - j)).clamp(min=0).to(torch.int32)
+    longest = max(lens, default=0)
+    problem = PagedMQAProblem(q, kv_cache, weights, ctx, block_tables, max_model_len or longest + 3, layout,
+                              sum_ctx=sum(lens))
+    return problem.to(device or kernel_device.KERNEL_DEVICE)
+
+
+def benchmark_problem(shape: Shape, block_size: int, layout: str = "normal", *, heads: int = HEADS, seed: int = 0,
+                      device_name: str | None = None) -> PagedMQAProblem:
+    """Random inputs like DeepGEMM's test: ctx_b uniform in [0.7, 1.3] x average, pages drawn from a random
+    permutation of all blocks, random fp8 keys (never zeros) with positive scales, fp32 weights.
+
+    The cache bytes are written directly (random fp8 values are valid in either layout), which keeps building
+    a 4 GB cache cheap; the correctness of the writer itself is tested in tests/test_cache.py."""
+    dev = torch.device(device_name or kernel_device.KERNEL_DEVICE)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    lo, hi = int(0.7 * shape.avg_ctx), int(1.3 * shape.avg_ctx)
+    ctx = torch.randint(lo, hi + 1, (shape.batch,), generator=g, dtype=torch.int64)
+    ctx = ctx.clamp(min=shape.next_n)
+    blocks_per_seq = (ctx + block_size - 1) // block_size
+    num_blocks = int(blocks_per_seq.sum())
+    max_blocks = int(blocks_per_seq.max())
+    block_tables = scattered_block_tables(blocks_per_seq.tolist(), num_blocks, max_blocks, g)
+
+    gd = torch.Generator(device=dev).manual_seed(seed + 1)
+    kv_cache = allocate_k_cache(num_blocks, block_size, HEAD_DIM, device=dev)
+    flat = kv_cache.view(num_blocks, -1)
+    value_bytes = block_size * HEAD_DIM
+    step = max(1, (1 << 27) // value_bytes)  # fill in slices of ~128 MB of fp32 temporaries
+    for first in range(0, num_blocks, step):
+        last = min(num_blocks, first + step)
+        values = torch.randn(last - first, value_bytes, generator=gd, device=dev).to(torch.float8_e4m3fn)
+        flat[first:last, :value_bytes] = values.view(torch.uint8)
+        scales = torch.rand(last - first, block_size, generator=gd, device=dev) * 1e-2 + 1e-3
+        flat[first:last, value_bytes:] = scales.view(torch.uint8).view(last - first, -1)
+    q = torch.randn(shape.batch, shape.next_n, heads, HEAD_DIM, generator=gd, device=dev).to(torch.float8_e4m3fn)
+    weights = torch.randn(shape.batch * shape.next_n, heads, generator=gd, device=dev)
+    return PagedMQAProblem(q, kv_cache, weights, ctx.to(torch.int32).to(dev), block_tables.to(dev), int(ctx.max()),
+                           layout, sum_ctx=int(ctx.sum()))

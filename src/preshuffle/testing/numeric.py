@@ -1,0 +1,81 @@
+"""How a kernel's output is judged: against the float64 reference, each logit's error relative to its sum of
+absolute terms plus an identical -inf pattern (a single bad logit cannot hide), and bitwise against itself."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import device
+from ..problem import PagedMQAProblem
+from ..reference import reference_and_magnitude
+
+# The exact contract: the largest error of a finite logit, relative to its sum of absolute terms.
+RTOL = 1e-5
+# Both contracts of the spec (paged-mqa-logits.md), by precision: exact, and fp8 (DeepGEMM's numerics, whose fp8
+# MMAs round their sums: each logit within 1e-3 of its sum of |terms|, DeepGEMM's calc_diff within 1e-7).
+CONTRACTS = {"exact": {"max_rel_error": RTOL}, "fp8": {"max_rel_error": 1e-3, "calc_diff": 1e-7}}
+
+
+def compare_logits(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor) -> dict:
+    """How far ``out`` is from ``ref``: whether the -inf patterns are identical, and the largest error of a
+    finite logit relative to its magnitude (1.0 where ``out`` is NaN or the patterns differ)."""
+    out, ref, magnitude = (t.detach().to("cpu", torch.float64) for t in (out, ref, magnitude))
+    if out.shape != ref.shape:
+        raise ValueError(f"out has shape {list(out.shape)}, the reference {list(ref.shape)}")
+    same_mask = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
+    finite = torch.isfinite(ref)
+    if not same_mask or torch.isnan(out).any() or (finite & ~torch.isfinite(out)).any():
+        return {"same_inf_pattern": same_mask, "max_rel_error": 1.0, "finite": int(finite.sum())}
+    err = (out[finite] - ref[finite]).abs() / magnitude[finite].clamp(min=torch.finfo(torch.float32).tiny)
+    return {"same_inf_pattern": True, "max_rel_error": float(err.max()) if err.numel() else 0.0,
+            "finite": int(finite.sum()), "calc_diff": calc_diff(out, ref)}
+
+
+def meets_contract(verdict: dict, precision: str) -> bool:
+    """Whether a :func:`compare_logits` verdict holds the contract of ``precision`` ("exact" or "fp8")."""
+    if precision not in CONTRACTS:
+        raise ValueError(f"precision must be one of {tuple(CONTRACTS)}, got {precision!r}")
+    return verdict["same_inf_pattern"] and all(verdict.get(k, 1.0) <= v for k, v in CONTRACTS[precision].items())
+
+
+def check_logits(out: torch.Tensor, problem: PagedMQAProblem) -> dict:
+    """:func:`compare_logits` of ``out`` against the float64 reference of ``problem``, the reference and the
+    magnitudes computed in one pass over the keys."""
+    return compare_logits(out, *problem.call(reference_and_magnitude))
+
+
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """DeepGEMM's similarity metric ``1 - 2 sum(xy) / sum(x^2 + y^2)``, masked (-inf) positions zeroed."""
+    x, y = (torch.nan_to_num(t.double(), neginf=0.0) for t in (x, y))
+    denominator = (x * x + y * y).sum()
+    return float(1 - 2 * (x * y).sum() / denominator) if denominator > 0 else 0.0
+
+
+def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Raise AssertionError unless ``a`` and ``b`` hold the same bits (NaN equals itself, -0.0 differs from 0.0),
+    naming the first differing coordinate and both values."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        raise AssertionError(f"dtype or shape differ: {a.dtype} {list(a.shape)} against {b.dtype} {list(b.shape)}")
+    b = b.to(a.device)
+    # Each element's bytes along a new last dimension: compares any dtype bit for bit.
+    a_bytes, b_bytes = (t.contiguous().unsqueeze(-1).view(torch.uint8) for t in (a, b))
+    differ = (a_bytes != b_bytes).any(dim=-1)
+    if differ.any():
+        first = tuple(int(i) for i in differ.nonzero()[0])
+        raise AssertionError(f"{int(differ.sum())} of {differ.numel()} elements differ; the first at {list(first)}: "
+                             f"{a[first].item()!r} against {b[first].item()!r}")
+
+
+def check_repeatable(fn, runs: int | None = None) -> torch.Tensor:
+    """Run ``fn`` ``runs`` times (default: 20 on a GPU, 2 under the interpreter, where a run is slow) and assert
+    that every output is bitwise equal to the first; return the first."""
+    runs = runs if runs is not None else (2 if device.INTERPRETED else 20)
+    if runs < 2:
+        raise ValueError(f"runs must be at least 2, got {runs}")
+    first = fn()
+    for run in range(2, runs + 1):
+        try:
+            assert_bitwise_equal(first, fn())
+        except AssertionError as error:
+            raise AssertionError(f"run {run} of {runs} differs from run 1: {error}") from None
+    return first

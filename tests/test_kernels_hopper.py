@@ -1,0 +1,103 @@
+"""The Hopper (sm90) kernel: its dimensions, descriptors and launch rule everywhere; against the float64
+reference, in both precisions, where an sm90 GPU runs it."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from preshuffle import device
+from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits, launch
+from preshuffle.kernels.hopper import descriptors, supports
+from preshuffle.testing.inputs import random_problem
+from preshuffle.testing.numeric import assert_bitwise_equal, check_logits, check_repeatable, meets_contract
+
+HOPPER = device.current_support().hopper
+on_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm90 GPU (the Hopper kernel has no interpreter)")
+
+
+def test_supports_names_what_it_cannot_take():
+    assert supports(16, 64, 128, 4) is None and supports(256, 16, 128, 1) is None
+    assert supports(1, 64, 128, 1) == "block_size 1 is not a multiple of 16 (TMA copies 16-token tiles)"
+    assert supports(64, 64, 64, 1) == "head_dim 64 is not 128"
+    assert supports(64, 24, 128, 1) == "24 heads is not 16, 32, 64 or 128 (WGMMA's N)"
+    assert supports(64, 64, 128, 5) == "next_n 5 is above 4"
+
+
+@pytest.mark.parametrize("block_size, layout, swizzle", [(16, "normal", 128), (64, "normal", 128),
+                                                         (64, "shuffle", 0), (128, "shuffle", 0)])
+def test_descriptors_cut_pages_into_copies_of_at_most_64_rows(block_size, layout, swizzle):
+    cache = torch.zeros(5, block_size, 1, 132, dtype=torch.uint8)
+    values, scales = descriptors(cache, layout)
+    page = block_size * 132
+    assert (values.shape, values.strides, values.block_shape) == ([5, block_size, 128], [page, 128, 1],
+                                                                  [1, min(block_size, 64), 128])
+    assert values.layout.swizzle_byte_width == swizzle
+    # Scales: the page as fp32 words, its scales from word block_size*32, copied into slots of >= 32 words.
+    assert (scales.shape, scales.strides, scales.block_shape) == ([5, page // 4], [page // 4, 1],
+                                                                  [1, max(min(block_size, 64), 32)])
+
+
+@pytest.mark.parametrize("batch, next_n, exact, pps, maxnreg", [
+    (64, 1, False, 2, 80), (64, 2, False, 4, 128), (4096, 1, False, 8, 80), (128, 1, True, 4, 128),
+    (4096, 1, True, 2, 128), (256, 1, True, 8, 128)])
+def test_hopper_config_follows_the_measured_rule(monkeypatch, batch, next_n, exact, pps, maxnreg):
+    monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
+    config = launch.hopper_config(batch, next_n, 8192, exact=exact)
+    assert launch.hopper_programs_per_sm(batch, next_n, exact) == pps
+    splits = -(-8192 // config.tokens_per_program)
+    assert splits == min(128, -(-pps * 132 // batch)) and (config.stages, config.maxnreg) == (4, maxnreg)
+
+
+def test_hopper_config_refuses_a_split_off_the_chunk_grid():
+    with pytest.raises(ValueError, match="tokens_per_program must be a positive multiple of 64, got 100"):
+        HopperConfig(100)
+    with pytest.raises(ValueError, match=r"stages must be in \[2, 12\], got 1"):
+        HopperConfig(64, stages=1)
+
+
+@st.composite
+def problems(draw):
+    block_size = draw(st.sampled_from([16, 32, 64, 128]))
+    batch = draw(st.integers(1, 4))
+    max_blocks = draw(st.integers(1, 3000 // block_size))
+    lens = draw(st.lists(st.integers(0, max_blocks * block_size), min_size=batch, max_size=batch))
+    return random_problem(lens, next_n=draw(st.integers(1, 4)), heads=draw(st.sampled_from([32, 64])),
+                          block_size=block_size, layout=draw(st.sampled_from(["normal", "shuffle"])),
+                          ctx_2d=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
+                          spare_columns=max_blocks - max(-(-n // block_size) for n in lens), device="cuda")
+
+
+@on_hopper
+@settings(max_examples=40, deadline=None)
+@given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 64, 256]))
+def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, tokens_per_program):
+    config = None if tokens_per_program is None else HopperConfig(tokens_per_program)
+    out = torch.full((problem.batch * problem.next_n, problem.max_model_len), float("nan"), device="cuda")
+    problem.call(fp8_paged_mqa_logits, precision=precision, config=config, out=out)  # NaN poison: all written
+    verdict = check_logits(out, problem)
+    assert meets_contract(verdict, precision), verdict
+
+
+@on_hopper
+@pytest.mark.parametrize("precision", ["exact", "fp8"])
+def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
+    problem = random_problem([700, 1290, 5], next_n=2, block_size=64, layout="shuffle", seed=3, device="cuda")
+    first = check_repeatable(lambda: problem.call(fp8_paged_mqa_logits, precision=precision))
+    for tokens_per_program in (64, 192, 1344):
+        assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision,
+                                                 config=HopperConfig(tokens_per_program)))
+
+
+@on_hopper
+def test_hopper_kernel_gives_nan_for_bad_block_ids_without_reading_them():
+    problem = random_problem([100, 70, 300], block_size=16, seed=7, device="cuda")
+    tables = problem.block_tables.clone()
+    tables[0, 1] = problem.num_blocks + 5   # past the cache
+    tables[1, 0] = -3
+    tables[2, 3] = 2**31 - 1
+    out = problem.replace(block_tables=tables).call(fp8_paged_mqa_logits, check_values=False)
+    expected = torch.zeros_like(out, dtype=torch.bool)
+    expected[0, 16:32] = expected[1, 0:16] = expected[2, 48:64] = True
+    assert torch.equal(torch.isnan(out), expected)
+    good = problem.call(fp8_paged_mqa_logits)
+    assert torch.equal(out[~expected], good[~expected])

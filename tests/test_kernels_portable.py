@@ -1,0 +1,157 @@
+"""The portable Triton kernel against the float64 reference: under the interpreter on the CPU, compiled on a GPU
+(chosen there by its LaunchConfig), on the exact path; and the entry point's checks of bad input."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from preshuffle import device
+from preshuffle.kernels import LaunchConfig, fp8_paged_mqa_logits
+from preshuffle.testing.inputs import random_problem
+from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_logits, check_repeatable
+
+DEV = device.KERNEL_DEVICE
+PORTABLE = {"config": LaunchConfig(), "precision": "exact"}
+
+
+def check_against_reference(problem, **kwargs):
+    out = torch.full((problem.batch * problem.next_n, problem.max_model_len), float("nan"), device=DEV)
+    # NaN poison: every element must be written
+    problem.call(fp8_paged_mqa_logits, out=out, **{**PORTABLE, **kwargs})
+    verdict = check_logits(out, problem)
+    assert verdict["same_inf_pattern"], verdict
+    assert verdict["max_rel_error"] <= RTOL, verdict
+    return out
+
+
+@st.composite
+def problems(draw):
+    block_size = draw(st.sampled_from([1, 16, 32, 64]))
+    layout = draw(st.sampled_from(["normal", "shuffle"] if block_size % 16 == 0 else ["normal"]))
+    batch = draw(st.integers(1, 4))
+    next_n = draw(st.integers(1, 4))
+    max_blocks = draw(st.integers(1, 4 if block_size > 1 else 100))
+    capacity = max_blocks * block_size
+    lens = draw(st.lists(st.integers(0, capacity), min_size=batch, max_size=batch))
+    return random_problem(lens, next_n=next_n, heads=draw(st.sampled_from([16, 32, 64])), block_size=block_size,
+                          layout=layout, ctx_2d=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
+                          spare_columns=max_blocks - max(-(-n // block_size) for n in lens), device=DEV)
+
+
+@settings(max_examples=60)
+@given(problems())
+def test_fp8_paged_mqa_logits_matches_float64_reference(problem):
+    check_against_reference(problem)
+
+
+@pytest.mark.parametrize("block_size, layout", [(1, "normal"), (16, "normal"), (16, "shuffle"), (64, "shuffle")])
+def test_fp8_paged_mqa_logits_repeated_runs_are_bitwise_equal(block_size, layout):
+    problem = random_problem([70, 129, 5], next_n=2, block_size=block_size, layout=layout, seed=3, device=DEV)
+    first = check_against_reference(problem)
+    assert_bitwise_equal(first, check_repeatable(lambda: problem.call(fp8_paged_mqa_logits, **PORTABLE)))
+
+
+@pytest.mark.parametrize("tokens_per_program", [64, 128, 256])
+def test_fp8_paged_mqa_logits_does_not_depend_on_the_split(tokens_per_program):
+    problem = random_problem([300, 17], block_size=16, seed=5, device=DEV)
+    whole = problem.call(fp8_paged_mqa_logits, **PORTABLE)
+    split = problem.call(fp8_paged_mqa_logits, precision="exact", config=LaunchConfig(64, tokens_per_program))
+    assert_bitwise_equal(whole, split)
+
+
+def test_fp8_paged_mqa_logits_layouts_hold_the_same_logits():
+    normal = random_problem([90, 33], block_size=32, layout="normal", seed=9, device=DEV)
+    shuffled = random_problem([90, 33], block_size=32, layout="shuffle", seed=9, device=DEV)
+    assert not torch.equal(normal.kv_cache, shuffled.kv_cache)
+    assert_bitwise_equal(normal.call(fp8_paged_mqa_logits, **PORTABLE),
+                         shuffled.call(fp8_paged_mqa_logits, **PORTABLE))
+
+
+def test_fp8_paged_mqa_logits_zero_context_row_is_all_neg_inf_and_the_tail_too():
+    problem = random_problem([0, 40], next_n=3, block_size=16, max_model_len=100, seed=1, device=DEV)
+    out = check_against_reference(problem)
+    assert torch.isneginf(out[:3]).all()
+    # Row j of sequence 1 sees positions <= 40 - 3 + j.
+    for j in range(3):
+        assert torch.isfinite(out[3 + j, :38 + j]).all() and torch.isneginf(out[3 + j, 38 + j:]).all()
+
+
+def bad(problem, **changes):
+    return lambda: problem.replace(**changes).call(fp8_paged_mqa_logits)
+
+
+@pytest.fixture
+def ok():
+    return random_problem([40, 20], next_n=2, block_size=16, seed=2, device=DEV)
+
+
+def test_fp8_paged_mqa_logits_rejects_bad_dtypes(ok):
+    with pytest.raises(TypeError, match="q must be an fp8 tensor"):
+        bad(ok, q=ok.q.float())()
+    with pytest.raises(TypeError, match="weights must be a float32 tensor"):
+        bad(ok, weights=ok.weights.half())()
+    with pytest.raises(TypeError, match="context_lens must be an int32 tensor"):
+        bad(ok, context_lens=ok.context_lens.long())()
+    with pytest.raises(TypeError, match="block_tables must be an int32 tensor"):
+        bad(ok, block_tables=ok.block_tables.long())()
+    with pytest.raises(TypeError, match="kv_cache must be a uint8 tensor"):
+        bad(ok, kv_cache=ok.kv_cache.view(torch.int8))()
+    with pytest.raises(TypeError, match="takes q as torch.float8_e4m3fn"):
+        bad(ok, q=ok.q.float().to(torch.float8_e4m3fnuz))()
+
+
+def test_fp8_paged_mqa_logits_rejects_bad_shapes(ok):
+    with pytest.raises(ValueError, match=r"q must be \[batch, next_n, heads, head_dim\]"):
+        bad(ok, q=ok.q[0])()
+    with pytest.raises(ValueError, match="kv_cache holds head_dim 128 but q has head_dim 64"):
+        bad(ok, q=ok.q[..., :64].contiguous())()
+    with pytest.raises(ValueError, match=r"weights must be \[batch\*next_n, heads\]"):
+        bad(ok, weights=ok.weights[:3])()
+    with pytest.raises(ValueError, match="context_lens must be"):
+        bad(ok, context_lens=ok.context_lens[:1])()
+    with pytest.raises(ValueError, match="block_tables must be"):
+        bad(ok, block_tables=ok.block_tables[:1])()
+    with pytest.raises(ValueError, match="kv_cache must be"):
+        bad(ok, kv_cache=ok.kv_cache[None])()
+    with pytest.raises(ValueError, match="power-of-two number of heads"):
+        bad(ok, q=ok.q[:, :, :24].contiguous(), weights=ok.weights[:, :24].contiguous())()
+
+
+def test_fp8_paged_mqa_logits_rejects_a_block_size_the_layout_cannot_take():
+    problem = random_problem([20], block_size=8, seed=4, device=DEV)
+    with pytest.raises(ValueError, match="block_size must be a multiple of 16 for the shuffle layout, got 8"):
+        bad(problem, layout="shuffle")()
+    with pytest.raises(ValueError, match="layout must be one of"):
+        bad(problem, layout="tiled")()
+
+
+def test_fp8_paged_mqa_logits_rejects_bad_values(ok):
+    lens = ok.context_lens.clone()
+    lens[0] = 16 * ok.block_tables.shape[1] + 1
+    with pytest.raises(ValueError, match="beyond what block_tables can hold"):
+        bad(ok, context_lens=lens)()
+    with pytest.raises(ValueError, match="max_model_len 10 is smaller than the longest context length 40"):
+        bad(ok, max_model_len=10)()
+    with pytest.raises(ValueError, match="max_model_len must be a positive int"):
+        bad(ok, max_model_len=0)()
+    with pytest.raises(ValueError, match="context_lens must be >= 0"):
+        bad(ok, context_lens=-ok.context_lens)()
+    tables = ok.block_tables.clone()
+    tables[1, 0] = ok.kv_cache.shape[0]
+    with pytest.raises(ValueError, match=r"block id \d+ outside \[0, \d+\)"):
+        bad(ok, block_tables=tables)()
+    tables = ok.block_tables.clone()
+    tables[0, 0] = -1
+    with pytest.raises(ValueError, match="block id -1"):
+        bad(ok, block_tables=tables)()
+
+
+def test_fp8_paged_mqa_logits_padding_past_the_context_may_hold_anything(ok):
+    tables = ok.block_tables.clone()
+    tables[:, -1] = -7  # the spare column: read by no sequence
+    check_against_reference(ok.replace(block_tables=tables))
+
+
+def test_fp8_paged_mqa_logits_out_must_match(ok):
+    with pytest.raises(ValueError, match="out must be a contiguous float32 tensor"):
+        ok.call(fp8_paged_mqa_logits, out=torch.empty(1, device=DEV))

@@ -1,0 +1,75 @@
+import math
+
+import pytest
+import torch
+
+from preshuffle.kernels import fp8_paged_mqa_logits
+from preshuffle.testing.inputs import random_problem
+from preshuffle.testing.numeric import (
+    RTOL, assert_bitwise_equal, calc_diff, check_logits, check_repeatable, compare_logits,
+)
+
+
+def test_compare_logits_catches_mistakes():
+    ref = torch.tensor([[1.0, -math.inf], [2.0, 3.0]], dtype=torch.float64)
+    magnitude = ref.abs().nan_to_num(posinf=0, neginf=0) + 1
+    assert compare_logits(ref.float(), ref, magnitude)["max_rel_error"] == 0
+    wrong_mask = ref.clone()
+    wrong_mask[1, 1] = -math.inf
+    assert not compare_logits(wrong_mask, ref, magnitude)["same_inf_pattern"]
+    off = ref.clone()
+    off[1, 0] += 0.5
+    assert compare_logits(off, ref, magnitude)["max_rel_error"] == pytest.approx(0.5 / 3)
+    nan = ref.clone()
+    nan[0, 0] = math.nan
+    assert compare_logits(nan, ref, magnitude)["max_rel_error"] == 1.0
+
+
+def test_calc_diff():
+    x = torch.tensor([1.0, 2.0, -math.inf])
+    assert calc_diff(x, x) == pytest.approx(0.0, abs=1e-15)
+    assert calc_diff(x, -x.nan_to_num(neginf=0)) == pytest.approx(2.0)
+
+
+def test_check_logits_judges_a_kernel_output_against_the_reference():
+    problem = random_problem([50, 3], next_n=2, heads=16, block_size=16, seed=4)
+    out = problem.call(fp8_paged_mqa_logits)
+    verdict = check_logits(out, problem)
+    assert verdict["same_inf_pattern"] and verdict["max_rel_error"] <= RTOL
+    assert verdict["finite"] == (49 + 50) + (2 + 3)  # row j of a sequence sees ctx - next_n + j + 1 positions
+    nudged = out.clone()
+    nudged[0, 5] += 1.0
+    assert check_logits(nudged, problem)["max_rel_error"] > RTOL
+
+
+def test_assert_bitwise_equal_names_the_first_differing_coordinate():
+    a = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    b = a.clone()
+    b[1, 2, 0], b[1, 2, 3] = 7.5, -1.0
+    with pytest.raises(AssertionError, match=r"2 of 24 elements differ; the first at \[1, 2, 0\]: 20\.0 against 7\.5"):
+        assert_bitwise_equal(a, b)
+    assert_bitwise_equal(a, a.clone())
+
+
+def test_assert_bitwise_equal_compares_bits_not_values():
+    nan = torch.tensor([math.nan, 1.0])
+    assert_bitwise_equal(nan, nan.clone())                          # NaN is bitwise equal to itself
+    with pytest.raises(AssertionError, match=r"the first at \[0\]: 0\.0 against -0\.0"):
+        assert_bitwise_equal(torch.tensor([0.0]), torch.tensor([-0.0]))
+    with pytest.raises(AssertionError, match=r"dtype or shape differ: torch.float32 \[2\] against torch.float64 \[2\]"):
+        assert_bitwise_equal(nan, nan.double())
+
+
+def test_check_repeatable_runs_until_a_run_differs():
+    calls = []
+
+    def drifting():
+        calls.append(None)
+        return torch.tensor([1.0, 2.0 if len(calls) < 3 else 2.5])
+
+    assert_bitwise_equal(check_repeatable(lambda: torch.ones(3), runs=4), torch.ones(3))
+    with pytest.raises(AssertionError, match=r"run 3 of 5 differs from run 1: .* at \[1\]: 2\.0 against 2\.5"):
+        check_repeatable(drifting, runs=5)
+    assert len(calls) == 3
+    with pytest.raises(ValueError, match="runs must be at least 2"):
+        check_repeatable(drifting, runs=1)

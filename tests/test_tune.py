@@ -1,0 +1,60 @@
+"""benchmarks/tune.py's documented example, run on the CPU on a tiny shape with the GPU timer, the copy ceiling and
+the SM count stubbed, so the example cannot rot."""
+
+import importlib.util
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from preshuffle import device
+from preshuffle.kernels import launch
+from preshuffle.testing import timing
+
+TUNE = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
+
+
+@pytest.fixture(scope="module")
+def tune():
+    spec = importlib.util.spec_from_file_location("tune", TUNE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def documented_example(tune) -> list[str]:
+    """The arguments of the example command in tune.py's docstring."""
+    command = tune.__doc__.split("\n\n")[1].replace("\\\n", " ")
+    words = shlex.split(command)
+    return words[words.index("benchmarks/tune.py") + 1:]
+
+
+@pytest.mark.skipif(not device.INTERPRETED, reason="runs the tuner on the CPU with its GPU parts stubbed")
+def test_main_runs_the_documented_example(tune, tmp_path, monkeypatch):
+    monkeypatch.setattr(timing, "time_ms", lambda fn, graph=True: 0.5)
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4e12)
+    monkeypatch.setattr(launch, "multiprocessor_count", lambda: 1)
+    args = documented_example(tune)
+    shapes = args.index("--shapes")
+    del args[shapes:args.index("--variants")]                # the anchor shapes are far too big for the interpreter
+    args[args.index("--out") + 1] = str(tmp_path / "tune.json")
+    record = tune.main([*args, "--shape", "2", "1", "100", "--programs-per-sm", "1", "4"])
+    configs = [json.loads(text) for text in args[args.index("--configs") + 1:]]
+    assert len(configs) == 2
+    assert [(r["config"], r["pps"]) for r in record["rows"]] == [(c, pps) for c in configs for pps in (1, 4)]
+    assert all(r["meets_rtol"] and r["us"] == 500.0 for r in record["rows"])
+    assert json.loads((tmp_path / "tune.json").read_text())["rows"] == record["rows"]
+
+
+@pytest.mark.parametrize("config, message", [
+    ('{"chunk": 64, "register_prefetch": true}', "expected a JSON object with keys among"),
+    ('{"tokens_per_program": 128}', "expected a JSON object with keys among"),
+    ('{"chunk": 48}', "chunk must be a power of two"),
+    ("chunk=64", "is not JSON"),
+])
+def test_main_rejects_a_bad_config_before_timing(tune, tmp_path, capsys, config, message):
+    with pytest.raises(SystemExit) as exit_info:
+        tune.main(["--out", str(tmp_path / "t.json"), "--shapes", "0", "--configs", config])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
