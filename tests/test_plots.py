@@ -163,3 +163,14 @@ def test_workload_plot_bars_are_the_bars(record):
     assert [t.get_fontweight() == "bold" for t in time_ax.get_yticklabels()] == [b["chosen"] for b in bars]
     assert fig.get_suptitle() == f"nearest measured shape: {nearest.label} (asked for {asked.label})"
     assert plots.workload_plot(nearest, nearest, bars).get_suptitle() == f"nearest measured shape: {nearest.label}"
+
+
+def test_explorer_plots_are_not_held_by_pyplot(record):
+    """A widget message handled on another kernel thread flushes (draws and closes) every figure pyplot holds."""
+    held = plt.get_fignums()
+    n = negotiation.negotiate(16, "rocm")
+    plots.negotiation_decision_plot(n, report.kernel_costs(n, record))
+    plots.lane_bytes_plot(widgets.lane_vector(3, 37, 16))
+    nearest, bars = report.workload_bars(record, 64, 8192, 1, 64, "normal", "exact")
+    plots.workload_plot(nearest, nearest, bars)
+    assert plt.get_fignums() == held

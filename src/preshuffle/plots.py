@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
@@ -213,7 +214,9 @@ def png_bytes(fig, dpi: int = DPI) -> bytes:
 
 
 # --------------------------------------------------------------------------------------------------
-# The explorers' figures: each draws one state of its widget.
+# The explorers' figures: each draws one state of its widget. They are plain Figures, not pyplot's: a widget
+# message handled on another kernel thread runs the inline backend's flush, which would draw and close every
+# figure pyplot holds, a half-built one included. Display one with display(fig), or as a cell's value.
 
 KERNEL_VARIANTS = ("per-token (kernel block 1)", "natural blocks", "preshuffled 16x16 tiles")
 OK_COLOR, BAD_COLOR, IDLE_COLOR = "#9fd89f", "#f4a6a6", "#e8e8e8"
@@ -255,8 +258,8 @@ def negotiation_decision_plot(negotiation, costs: dict, manager_id: int = 5):
     n, m = negotiation, manager_id
     size, k = n.manager_block_size, n.kernel_block_size
     when = "before" if n.before_pr else "after"
-    fig, (split, decl, variant, cost) = plt.subplots(4, 1, figsize=EXPLORER, height_ratios=[1, 1.2, 1.1, 1.5],
-                                                     layout="constrained")
+    fig = Figure(figsize=EXPLORER, layout="constrained")
+    split, decl, variant, cost = fig.subplots(4, 1, height_ratios=[1, 1.2, 1.1, 1.5])
     verdict = f"kernel block size {k}" if k else "negotiation fails"
     fig.suptitle(f"--block-size {size} on {n.platform}, {when} PR #51216:  {verdict}", fontsize=13, weight="bold")
 
@@ -353,7 +356,8 @@ def lane_bytes_plot(report: dict):
     line0 = first_token * head_dim // CACHE_LINE
     low = 0 if lines <= 32 else min(line0 - line0 % 32, lines - 32)
     high = min(lines, low + 32)
-    fig, axes = plt.subplots(1, 2, figsize=SQUARE_PAIR, sharey=True, layout="constrained")
+    fig = Figure(figsize=SQUARE_PAIR, layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
     fig.suptitle(f"value (token {report['token']}, dim {report['dim']}) of a {block_size}-token block: the bytes "
                  f"16 lanes load (tokens {first_token}..{first_token + TILE - 1}, dims {report['lane_dims'][0]}.."
                  f"{report['lane_dims'][1]})", fontsize=11)
@@ -390,7 +394,8 @@ def workload_plot(nearest, asked, bars: list[dict]):
     DeepGEMM orange), titled with the measured shape the bars come from."""
     y = np.arange(len(bars))[::-1]
     colors = ["C0" if b["chosen"] else "C1" if b["label"].startswith("DeepGEMM") else "#c6d4e6" for b in bars]
-    fig, (time_ax, share_ax) = plt.subplots(1, 2, figsize=WIDE, sharey=True, layout="constrained")
+    fig = Figure(figsize=WIDE, layout="constrained")
+    time_ax, share_ax = fig.subplots(1, 2, sharey=True)
     shown = f"nearest measured shape: {nearest.label}"
     fig.suptitle(shown if asked == nearest else f"{shown} (asked for {asked.label})", fontsize=11)
     for ax, key, unit, xlabel in ((time_ax, "us", " us", "microseconds per call (median)"),

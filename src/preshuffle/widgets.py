@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 from IPython.display import Image, display
 
 from . import benchmark, device, plots, report
@@ -23,8 +22,8 @@ from .testing.numeric import meets_contract
 
 MANAGER_BLOCK_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 768, 1024)
 PR_STATES = ("after PR #51216", "before PR #51216")
-# JupyterLab may deliver widget messages on a kernel subshell's thread while the main shell handles others, and
-# matplotlib is not thread-safe: two explorer updates drawing at once have produced half-drawn images.
+# JupyterLab may deliver widget messages on a kernel subshell's thread while the main shell handles others: two
+# updates of one explorer then ran at once, drawing into one output (and matplotlib is not thread-safe).
 _DRAWING = threading.Lock()
 
 
@@ -37,9 +36,8 @@ class Explorer(widgets.interactive):
 
 
 def show_figure(fig) -> None:
-    """Display ``fig`` as PNG bytes and close it, so the inline backend does not show it a second time."""
+    """Display ``fig`` as the PNG bytes ``plots.png_bytes`` renders."""
     display(Image(data=plots.png_bytes(fig), format="png"))
-    plt.close(fig)
 
 
 def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0], record: dict | None = None):
