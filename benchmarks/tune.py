@@ -17,11 +17,10 @@ import torch
 from tqdm import tqdm
 
 from preshuffle import benchmark
-from preshuffle.access import VARIANTS
 from preshuffle.kernels import LaunchConfig
 from preshuffle.kernels.launch import config_for
 from preshuffle.reference import reference_and_magnitude
-from preshuffle.shapes import ANCHOR_SHAPES, Shape
+from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import benchmark_problem
 

@@ -94,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="before and after, for every size given (default: 1, 8 and multiples of 16 to 1024)")
     neg.set_defaults(run=_negotiate)
 
-    from .access import VARIANTS
     from .benchmark import SHAPES
+    from .shapes import VARIANTS
 
     ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
     ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(SHAPES)),
