@@ -37,11 +37,23 @@ def test_plots_build(make, axes):
     assert len(fig.axes) == axes and tuple(fig.get_size_inches()) in {plots.WIDE, plots.SQUARE_PAIR, (10, 1.8)}
 
 
-def test_performance_plots_from_the_committed_results(record):
+def test_performance_plots_draw_the_committed_results(record):
     rows = report.summary(record)
-    for fig in (plots.block_speedup_plot(rows), plots.copy_share_plot(rows)):
-        bars = [p for p in fig.axes[0].patches]
-        assert len(bars) in (5 * len(rows), 3 * len(rows))
+    anchors = [r for r in rows if r["block1_over_block64"] is not None]
+    fig = plots.cache_cost_plot(rows)
+    heights = sorted(round(p.get_height(), 9) for p in fig.axes[0].patches)
+    assert heights == sorted(round(r[f"{v}_over_block64"], 9) for r in anchors
+                             for v in ("block1", "block16-normal", "block16-shuffle", "block64-shuffle"))
+    plt.close(fig)
+    fig = plots.deepgemm_share_plot(rows)
+    assert sorted(p.get_height() for p in fig.axes[0].patches) == sorted(
+        r[k] for r in rows for k in ("fp8_pct", "exact_pct", "deepgemm_pct"))
+    plt.close(fig)
+    ladders = {s.label: report.ladder(record, s) for s in (Shape(64, 1, 8192), Shape(4096, 1, 8192))}
+    fig = plots.hopper_ladder_plot(ladders)
+    for ax, steps in zip(fig.axes, ladders.values()):
+        assert [p.get_width() for p in ax.patches] == [s["pct_copy"] for s in steps]
+    plt.close(fig)
 
 
 class NotOnCpu(torch.Tensor):

@@ -64,29 +64,6 @@ def shown(monkeypatch):
     return images
 
 
-def test_performance_plots_draw_the_committed_results():
-    from preshuffle import report
-    from preshuffle.shapes import Shape
-
-    record = report.load()
-    rows = report.summary(record)
-    anchors = [r for r in rows if r["block1_over_block64"] is not None]
-    fig = plots.cache_cost_plot(rows)
-    heights = sorted(round(p.get_height(), 9) for p in fig.axes[0].patches)
-    assert heights == sorted(round(r[f"{v}_over_block64"], 9) for r in anchors
-                             for v in ("block1", "block16-normal", "block16-shuffle", "block64-shuffle"))
-    matplotlib.pyplot.close(fig)
-    fig = plots.deepgemm_share_plot(rows)
-    assert sorted(p.get_height() for p in fig.axes[0].patches) == sorted(
-        r[k] for r in rows for k in ("fp8_pct", "exact_pct", "deepgemm_pct"))
-    matplotlib.pyplot.close(fig)
-    ladders = {s.label: report.ladder(record, s) for s in (Shape(64, 1, 8192), Shape(4096, 1, 8192))}
-    fig = plots.hopper_ladder_plot(ladders)
-    for ax, steps in zip(fig.axes, ladders.values()):
-        assert [p.get_width() for p in ax.patches] == [s["pct_copy"] for s in steps]
-    matplotlib.pyplot.close(fig)
-
-
 def test_negotiation_explorer_shows_the_package_figure(shown, record):
     w = widgets.negotiation_explorer()
     open_figures = plt.get_fignums()

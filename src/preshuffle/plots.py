@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -249,7 +248,7 @@ OK_COLOR, BAD_COLOR, IDLE_COLOR = "#9fd89f", "#f4a6a6", "#e8e8e8"
 def matched_entry(entries: list, block_size: int) -> int | None:
     """Index of the first declaration entry that accepts ``block_size``, by the negotiation's own rule."""
     for i, entry in enumerate(entries):
-        one_entry = SimpleNamespace(get_supported_kernel_block_sizes=lambda entry=entry: [entry])
+        one_entry = type("OneEntry", (), {"get_supported_kernel_block_sizes": staticmethod(lambda e=entry: [e])})
         if block_size_is_supported(one_entry, block_size):
             return i
     return None
