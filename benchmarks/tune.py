@@ -1,5 +1,6 @@
 """Compare compiled launch configurations of the portable kernel on chosen shapes (H200), to set the rule in
-preshuffle/kernels/launch.py. Every configuration is checked against the float64 reference before it is timed.
+preshuffle/kernels/launch.py. Every configuration is checked against the float64 reference (by the contract of its
+precision: ``dot`` fp16 is the exact path, fp8 the fp8 path) before it is timed.
 
     python benchmarks/tune.py --out tune.json --shapes 0 2 4 --variants block64-normal \\
         --configs '{"chunk": 64, "num_warps": 4, "num_stages": 5}' '{"chunk": 128, "num_warps": 8, "num_stages": 4}'
@@ -16,10 +17,10 @@ import torch
 from tqdm import tqdm
 
 from preshuffle import benchmark
-from preshuffle.access import VARIANTS
 from preshuffle.kernels import LaunchConfig
 from preshuffle.kernels.launch import config_for
-from preshuffle.shapes import ANCHOR_SHAPES, Shape
+from preshuffle.reference import reference_and_magnitude
+from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import benchmark_problem
 
@@ -66,11 +67,16 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"provenance": benchmark.provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "rows": []}
     for shape, variant in tqdm([(shape, v) for shape in shapes for v in args.variants]):
         problem = benchmark_problem(shape, *VARIANTS[variant])
+        reference = problem.call(reference_and_magnitude)
         for fields in configs:
-            splits = [config_for(shape.batch, problem.max_model_len, programs_per_sm=pps, **fields)
-                      for pps in args.programs_per_sm]
-            rows = benchmark.measure_splits(problem, splits, copy_bytes_per_s=record["copy_bytes_per_s"])
-            for pps, row in zip(args.programs_per_sm, rows):
+            precision = "exact" if fields.get("dot", LaunchConfig.dot) == "fp16" else "fp8"
+            checked = None  # the first split is compared with the reference, the others with it, bit for bit
+            for pps in args.programs_per_sm:
+                config = config_for(shape.batch, problem.max_model_len, programs_per_sm=pps, **fields)
+                fn = benchmark.kernel_fn(problem, precision, config)
+                row = benchmark.measure(fn, problem, reference, precision=precision,
+                                        copy_bytes_per_s=record["copy_bytes_per_s"], checked=checked)
+                checked = fn() if checked is None else checked
                 record["rows"].append({"shape": shape.label, "variant": variant, "pps": pps, "config": fields, **row})
                 print(f"{shape.label:28s} {variant:15s} {json.dumps(fields):70s} pps {pps:2d} "
                       f"{row.get('us', float('nan')):9.1f} us {row.get('pct_copy', 0):5.1f}%", flush=True)

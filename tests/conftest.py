@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from preshuffle import report
 from preshuffle.shapes import Shape
 from preshuffle.testing.inputs import benchmark_problem
 
@@ -34,3 +35,9 @@ def load_tool():
         return module
 
     return load
+
+
+@pytest.fixture(scope="session")
+def record():
+    """The committed H200 results."""
+    return report.load()

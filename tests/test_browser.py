@@ -1,10 +1,12 @@
 """The workbook as a person uses it: JupyterLab on 127.0.0.1, Debian's Chromium driven by Playwright.
 
 Each test opens a copy of a notebook (the stored outputs in the repository are never touched), runs every cell,
-and, for the explorers, moves a slider and checks that the page shows what the package computes for the new
-value. Screenshots land in test-artifacts/.
+and, for the explorers, moves their controls and checks that the page shows what the package computes for the new
+values: the same text report, and an image whose PNG bytes are exactly what the package's figure function draws.
+Screenshots land in test-artifacts/.
 """
 
+import base64
 import json
 import os
 import secrets
@@ -18,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from preshuffle import negotiation, widgets
+from preshuffle import negotiation, plots, report, widgets
+from preshuffle.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -129,7 +132,10 @@ def error_outputs(page) -> list:
         .map(o => o.ename + ': ' + o.evalue)""")
 
 
-def screenshot(page, name: str) -> None:
+def screenshot(page, name: str, top=None) -> None:
+    """Save the page; with ``top``, scrolled so that this element starts at the top of the notebook."""
+    if top is not None:
+        top.evaluate("e => e.scrollIntoView({block: 'start'})")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / name))
 
@@ -156,45 +162,107 @@ def shows(output, text: str) -> None:
         time.sleep(0.2)
 
 
-def test_negotiation_slider_shows_what_the_package_computes(page, lab):
+def shown_png(output) -> bytes | None:
+    """The PNG bytes of the image the widget's output shows (None while it shows none)."""
+    images = output.locator("img")
+    if images.count() == 0:
+        return None
+    src = images.first.get_attribute("src") or ""
+    prefix = "data:image/png;base64,"
+    return base64.b64decode(src[len(prefix):]) if src.startswith(prefix) else None
+
+
+def draws(output, png: bytes, before: bytes | None = None) -> bytes:
+    """Wait until the widget's image is exactly ``png`` (what the package draws for the new values), which must
+    differ from the image ``before`` the move; return it."""
+    assert png != before, "the move should change the figure"
+    deadline = time.monotonic() + 30
+    while (shown := shown_png(output)) != png:
+        if time.monotonic() > deadline:
+            ARTIFACTS.mkdir(exist_ok=True)
+            (ARTIFACTS / "mismatch-page.png").write_bytes(shown or b"")
+            (ARTIFACTS / "mismatch-package.png").write_bytes(png)
+            pytest.fail("the page's image is not the package's figure for these values (both in test-artifacts/)")
+        time.sleep(0.2)
+    return png
+
+
+def test_negotiation_explorer_shows_what_the_package_computes(page, lab):
+    record = report.load()
+
+    def figure(n):
+        return plots.png_bytes(plots.negotiation_decision_plot(n, report.kernel_costs(n, record)))
+
     run_notebook(page, lab, "02_negotiation.ipynb")
     assert error_outputs(page) == []
     box, output, slider = explorer(page, "--block-size")
-    shows(output, negotiation.format_negotiation(negotiation.negotiate(16, "rocm")))
-    screenshot(page, "negotiation-16-after.png")
+    expected = negotiation.negotiate(16, "rocm")
+    shows(output, negotiation.format_negotiation(expected))
+    image = draws(output, figure(expected))
+    screenshot(page, "negotiation-16-after.png", top=box)
 
     move(page, slider, "ArrowRight", "24")            # 24: not a multiple of 16, so back to per-token paging
     expected = negotiation.negotiate(24, "rocm")
     assert expected.kernel_block_size == 1
     shows(output, negotiation.format_negotiation(expected))
+    image = draws(output, figure(expected), image)
 
     move(page, slider, "ArrowLeft", "16")
     box.get_by_role("button", name=widgets.PR_STATES[1]).click()    # before the PR: 16 fell to 1
     expected = negotiation.negotiate(16, "rocm", before_pr=True)
     assert expected.kernel_block_size == 1 and not expected.kernel.preshuffled
     shows(output, negotiation.format_negotiation(expected))
-    screenshot(page, "negotiation-16-before.png")
+    image = draws(output, figure(expected), image)
+    screenshot(page, "negotiation-16-before.png", top=box)
 
     box.get_by_role("button", name="cuda").click()
-    shows(output, negotiation.format_negotiation(negotiation.negotiate(16, "cuda", before_pr=True)))
+    expected = negotiation.negotiate(16, "cuda", before_pr=True)
+    shows(output, negotiation.format_negotiation(expected))
+    draws(output, figure(expected), image)
 
 
 def test_layout_explorer_shows_what_the_package_computes(page, lab):
+    def figure(token, dim, block_size):
+        return plots.png_bytes(plots.lane_bytes_plot(widgets.lane_vector(token, dim, block_size)))
+
     run_notebook(page, lab, "01_k_cache_layout.ipynb")
     assert error_outputs(page) == []
-    _, output, dim = explorer(page, "dim")
+    box, output, dim = explorer(page, "dim")
     shows(output, widgets.format_lane_vector(widgets.lane_vector(3, 37, 16)))
+    image = draws(output, figure(3, 37, 16))
     move(page, dim, "ArrowRight", "38")
     shows(output, widgets.format_lane_vector(widgets.lane_vector(3, 38, 16)))
+    image = draws(output, figure(3, 38, 16), image)
     _, output, size = explorer(page, "block size")
     move(page, size, "ArrowRight", "32")
     shows(output, widgets.format_lane_vector(widgets.lane_vector(3, 38, 32)))
-    screenshot(page, "layout-explorer.png")
+    draws(output, figure(3, 38, 32), image)
+    screenshot(page, "layout-explorer.png", top=box)
+
+
+def test_workload_explorer_shows_what_the_package_computes(page, lab):
+    record = report.load()
+
+    def figure(batch, avg_ctx, next_n, precision):
+        nearest, bars = report.workload_bars(record, batch, avg_ctx, next_n, 64, "normal", precision)
+        return plots.png_bytes(plots.workload_plot(nearest, Shape(batch, next_n, avg_ctx), bars))
+
+    run_notebook(page, lab, "04_performance.ipynb")
+    assert error_outputs(page) == []
+    box, output, batch = explorer(page, "batch")
+    image = draws(output, figure(64, 8192, 1, "exact"))
+    screenshot(page, "workload-explorer.png", top=box)
+    move(page, batch, "ArrowRight", "128")
+    move(page, batch, "ArrowRight", "256")
+    image = draws(output, figure(256, 8192, 1, "exact"), image)
+    box.get_by_role("button", name="fp8").click()
+    draws(output, figure(256, 8192, 1, "fp8"), image)
+    assert box.get_by_role("button", name="measure live").is_disabled()   # the interpreter's timings mean nothing
 
 
 @pytest.mark.parametrize("name, sliders, images", [
-    ("01_k_cache_layout.ipynb", 3, 4), ("02_negotiation.ipynb", 1, 1), ("03_paged_mqa_kernel.ipynb", 0, 1),
-    ("04_performance.ipynb", 0, 4),
+    ("01_k_cache_layout.ipynb", 3, 6), ("02_negotiation.ipynb", 1, 4), ("03_paged_mqa_kernel.ipynb", 0, 1),
+    ("04_performance.ipynb", 2, 5),
 ])
 def test_every_notebook_runs_in_the_browser(page, lab, name, sliders, images):
     run_notebook(page, lab, name)

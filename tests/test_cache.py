@@ -1,8 +1,11 @@
+import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from preshuffle.cache import allocate_k_cache, gather_k_cache, quantize_k, read_slots, write_k_cache
+from preshuffle.cache import (
+    allocate_k_cache, gather_k_cache, quantize_k, read_slots, sequence_slots, write_k_cache,
+)
 
 
 @pytest.mark.parametrize("amax, scale", [(1.0, 2.0**-8), (448.0, 1.0), (0.0, 2.0**-22)])
@@ -124,3 +127,223 @@ def test_read_slots_gather_k_cache_allocate_k_cache_reject_bad_input():
         gather_k_cache(cache, torch.tensor([0.0]), 1)
     with pytest.raises(ValueError, match="num_blocks must be a positive int"):
         allocate_k_cache(0, 16)
+
+
+def test_write_k_cache_refuses_an_inference_cache_outside_inference_mode():
+    with torch.inference_mode():
+        cache = allocate_k_cache(2, 16)
+    with pytest.raises(ValueError, match=r"kv_cache was made under torch.inference_mode\(\)"):
+        write_k_cache(cache, torch.randn(3, 128), torch.tensor([0, 1, 2]))
+    assert cache.eq(0).all()
+    with torch.inference_mode():  # inside inference mode the same write is fine
+        write_k_cache(cache, torch.randn(3, 128), torch.tensor([0, 1, 2]))
+    assert cache.ne(0).any()
+
+
+def test_write_k_cache_refuses_k_on_another_device():
+    cache = allocate_k_cache(2, 16)
+    with pytest.raises(ValueError, match="k is on meta but kv_cache is on cpu"):
+        write_k_cache(cache, torch.randn(3, 128, device="meta"), torch.tensor([0, 1, 2]))
+    assert cache.eq(0).all()
+
+
+def test_write_k_cache_refuses_tensors_on_meta():
+    with pytest.raises(ValueError, match="kv_cache is on meta"):
+        write_k_cache(allocate_k_cache(2, 16, device="meta"), torch.randn(3, 128, device="meta"),
+                      torch.tensor([0, 1, 2]))
+    cache = allocate_k_cache(2, 16)
+    with pytest.raises(ValueError, match="slot_mapping is on meta"):
+        write_k_cache(cache, torch.randn(3, 128), torch.tensor([0, 1, 2], device="meta"))
+    assert cache.eq(0).all()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_write_k_cache_refuses_non_finite_keys(bad):
+    cache = allocate_k_cache(2, 16)
+    k = torch.randn(4, 128)
+    k[2, 77] = bad
+    with pytest.raises(ValueError, match=f"k must be finite, but token 2 holds {bad}"):
+        write_k_cache(cache, k, torch.tensor([0, 1, 2, 3]))
+    assert cache.eq(0).all()
+
+
+def test_write_k_cache_skips_non_finite_keys_it_does_not_write():
+    cache = allocate_k_cache(2, 16)
+    k = torch.randn(3, 128)
+    k[1] = float("nan")
+    write_k_cache(cache, k, torch.tensor([4, -1, 9]))
+    values, scales = read_slots(cache, torch.tensor([4, 9]))
+    expected_values, expected_scales = quantize_k(k[[0, 2]])
+    assert torch.equal(values.view(torch.uint8), expected_values.view(torch.uint8))
+    assert torch.equal(scales, expected_scales)
+
+
+def test_quantize_k_refuses_non_finite_keys():
+    k = torch.randn(3, 128, dtype=torch.bfloat16)
+    k[1, 0] = float("inf")
+    with pytest.raises(ValueError, match="k must be finite, but token 1 holds inf"):
+        quantize_k(k)
+
+
+def test_write_k_cache_takes_keys_that_require_grad():
+    leaf = torch.randn(3, 256, requires_grad=True)
+    cache = allocate_k_cache(2, 16)
+    write_k_cache(cache, leaf[:, 64:192], torch.tensor([5, 0, 31]))
+    values, scales = read_slots(cache, torch.tensor([5, 0, 31]))
+    expected_values, expected_scales = quantize_k(leaf.detach()[:, 64:192])
+    assert torch.equal(values.view(torch.uint8), expected_values.view(torch.uint8))
+    assert torch.equal(scales, expected_scales) and not scales.requires_grad
+
+
+def test_allocate_k_cache_takes_numpy_ints():
+    assert allocate_k_cache(np.int64(3), np.int32(16), np.int64(64)).shape == (3, 16, 1, 68)
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    (dict(num_blocks=2.0), TypeError, "num_blocks must be a positive int, got float 2.0"),
+    (dict(block_size=True), TypeError, "block_size must be a positive int, got bool True"),
+    (dict(head_dim=100), ValueError, "head_dim must be a multiple of 16, got 100"),
+    (dict(device="nonsense"), ValueError, "device must name a torch device, got 'nonsense'"),
+    (dict(num_blocks=2**40), ValueError, f"a cache of {2**40} blocks of 16 tokens .* cannot be allocated on cpu"),
+    (dict(num_blocks=2**62), ValueError, "cannot be allocated on cpu"),
+])
+def test_allocate_k_cache_bad_arguments(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        allocate_k_cache(**{"num_blocks": 2, "block_size": 16, **kwargs})
+
+
+@pytest.mark.parametrize("slots, exc, message", [
+    ([1], TypeError, "slots must be an int32/int64 tensor, got list"),
+    (torch.tensor([1.7]), TypeError, "slots must be an int32/int64 tensor, got torch.float32"),
+    (torch.tensor([True]), TypeError, "slots must be an int32/int64 tensor, got torch.bool"),
+    (torch.tensor([1], device="meta"), ValueError, "slots is on meta"),
+])
+def test_read_slots_bad_slots(slots, exc, message):
+    with pytest.raises(exc, match=message):
+        read_slots(allocate_k_cache(2, 16), slots)
+
+
+def test_read_slots_refuses_a_meta_cache():
+    with pytest.raises(ValueError, match="kv_cache is on meta"):
+        read_slots(allocate_k_cache(2, 16, device="meta"), torch.tensor([1]))
+
+
+@pytest.mark.parametrize("num_tokens, exc, message", [
+    (2.5, TypeError, "num_tokens must be a non-negative int, got float 2.5"),
+    (True, TypeError, "num_tokens must be a non-negative int, got bool"),
+    ("3", TypeError, "num_tokens must be a non-negative int, got str"),
+    (-1, ValueError, "num_tokens must be a non-negative int, got -1"),
+])
+def test_gather_k_cache_bad_num_tokens(num_tokens, exc, message):
+    with pytest.raises(exc, match=message):
+        gather_k_cache(allocate_k_cache(2, 16), torch.tensor([0, 1]), num_tokens)
+
+
+def test_gather_k_cache_takes_a_numpy_num_tokens():
+    assert gather_k_cache(allocate_k_cache(2, 16), torch.tensor([1, 0]), np.int64(20))[1].shape == (20,)
+
+
+def test_sequence_slots_bad_arguments():
+    table = torch.tensor([3, 1])
+    with pytest.raises(ValueError, match="block_size must be a positive int, got 0"):
+        sequence_slots(table, 3, 0)
+    with pytest.raises(ValueError, match="num_tokens 40 is beyond the block table's 2 blocks of 16"):
+        sequence_slots(table, 40, 16)
+    with pytest.raises(TypeError, match="block_table must be int32/int64"):
+        sequence_slots(table.float(), 3, 16)
+    # A negative id would turn into slot -1, which the writer reads as "skip this token".
+    with pytest.raises(ValueError, match="block_table holds block id -1 at index 1"):
+        sequence_slots(torch.tensor([0, -1]), 2, 1)
+    assert sequence_slots(torch.tensor([3, -1]), 16, 16).tolist() == list(range(48, 64))  # the unread tail is free
+
+
+def _one_written(args, draw):
+    written = (args["slot_mapping"] >= 0).nonzero()[:, 0]
+    return int(written[draw(st.integers(0, written.numel() - 1))])
+
+
+def _with_key(args, draw, value):
+    k = args["k"].clone()
+    k[_one_written(args, draw), draw(st.integers(0, k.shape[1] - 1))] = value
+    return {"k": k}
+
+
+def _with_slot(args, value):
+    slots = args["slot_mapping"].clone()
+    slots[-1] = value
+    return {"slot_mapping": slots}
+
+
+def _written_twice(args, draw):
+    """A second token, with the same key, for the slot of a written one."""
+    i = _one_written(args, draw)
+    return {"k": torch.cat([args["k"], args["k"][i:i + 1]]),
+            "slot_mapping": torch.cat([args["slot_mapping"], args["slot_mapping"][i:i + 1]])}
+
+
+def _inference_copy(cache):
+    with torch.inference_mode():
+        return cache.clone()
+
+
+# Each change makes a valid call invalid, whatever else is changed with it. They apply in this order: first
+# those that pick a written token or slot, last those that turn a tensor into a list; the inference copy of the
+# cache after its other changes, so that it is the tensor a write would change.
+BAD_WRITES = {
+    "k NaN": lambda a, draw: _with_key(a, draw, float("nan")),
+    "k Inf": lambda a, draw: _with_key(a, draw, draw(st.sampled_from([float("inf"), -float("inf")]))),
+    "slot twice": _written_twice,
+    "slot past the cache": lambda a, draw: _with_slot(a, a["kv_cache"].shape[0] * a["kv_cache"].shape[1]
+                                                      + draw(st.integers(0, 2**40))),
+    "slot below -1": lambda a, draw: _with_slot(a, -2 - draw(st.integers(0, 2**40))),
+    "k float64": lambda a, draw: {"k": a["k"].double()},
+    "k int32": lambda a, draw: {"k": a["k"].to(torch.int32)},
+    "k head_dim": lambda a, draw: {"k": a["k"][:, :64]},
+    "k 3-D": lambda a, draw: {"k": a["k"][None]},
+    "k on meta": lambda a, draw: {"k": a["k"].to("meta")},
+    "slots float": lambda a, draw: {"slot_mapping": a["slot_mapping"].float()},
+    "slots bool": lambda a, draw: {"slot_mapping": a["slot_mapping"] >= 0},
+    "slots on meta": lambda a, draw: {"slot_mapping": a["slot_mapping"].to("meta")},
+    "slots 2-D": lambda a, draw: {"slot_mapping": a["slot_mapping"][None]},
+    "layout": lambda a, draw: {"layout": draw(st.sampled_from(["tiled", None, "NORMAL"]))},
+    "scale_fmt": lambda a, draw: {"scale_fmt": draw(st.sampled_from(["e8m0", "ue8m0 ", 1]))},
+    "fp8_dtype": lambda a, draw: {"fp8_dtype": draw(st.sampled_from([torch.float16, torch.float8_e5m2, "fp8"]))},
+    "cache int8": lambda a, draw: {"kv_cache": a["kv_cache"].view(torch.int8)},
+    "cache 5-D": lambda a, draw: {"kv_cache": a["kv_cache"][None]},
+    "cache strided": lambda a, draw: {"kv_cache": a["kv_cache"].view(-1, 1, 1, 132)[::2]},
+    "cache inference": lambda a, draw: {"kv_cache": _inference_copy(a["kv_cache"])},
+    "k list": lambda a, draw: {"k": [[1.0] * 128] * len(a["k"])},
+    "slots list": lambda a, draw: {"slot_mapping": list(range(len(a["slot_mapping"])))},
+}
+
+
+@settings(max_examples=150)
+@given(st.sampled_from([8, 16, 32]), st.integers(1, 4), st.integers(0, 2**16), st.data())
+def test_write_k_cache_bad_arguments_leave_every_cache_byte_identical(block_size, num_blocks, seed, data):
+    g = torch.Generator().manual_seed(seed)
+    cache = torch.randint(0, 256, (num_blocks, block_size, 1, 132), generator=g, dtype=torch.uint8)
+    n = data.draw(st.integers(1, num_blocks * block_size))
+    slots = torch.randperm(num_blocks * block_size, generator=g)[:n]
+    skipped = torch.rand(n, generator=g) < 0.3
+    skipped[int(torch.randint(n, (1,), generator=g))] = False  # at least one token is written
+    args = {"kv_cache": cache, "k": torch.randn(n, 128, generator=g) * 3,
+            "slot_mapping": slots.masked_fill(skipped, -1),
+            "layout": "shuffle" if block_size % 16 == 0 and seed % 2 else "normal"}
+    names = sorted(BAD_WRITES) + (["shuffle of 8-token blocks"] if block_size % 16 else [])
+    changes = data.draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+    for name in [name for name in [*BAD_WRITES, "shuffle of 8-token blocks"] if name in changes]:
+        args.update({"layout": "shuffle"} if name == "shuffle of 8-token blocks" else BAD_WRITES[name](args, data.draw))
+    targets = [cache] + ([args["kv_cache"]] if args["kv_cache"].is_inference() else [])
+    before = [t.clone() for t in targets]
+    with pytest.raises((ValueError, TypeError)):
+        write_k_cache(**args)
+    assert all(torch.equal(t, b) for t, b in zip(targets, before)), changes
+
+
+@pytest.mark.parametrize("shape", [(0, 16, 1, 132), (2, 0, 1, 132), (0, 16, 132)])
+def test_cache_functions_refuse_a_cache_without_blocks_or_tokens(shape):
+    cache = torch.zeros(shape, dtype=torch.uint8)
+    with pytest.raises(ValueError, match=r"kv_cache must hold at least one block of at least one token"):
+        write_k_cache(cache, torch.randn(0, 128), torch.tensor([], dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"kv_cache must hold at least one block of at least one token"):
+        read_slots(cache, torch.tensor([], dtype=torch.int64))

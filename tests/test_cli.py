@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from preshuffle import device
+from preshuffle.__main__ import main
 
 
 def test_main_help_lists_every_command():
@@ -24,7 +25,7 @@ def test_main_negotiate_reports_the_pr():
     sweep = run("--sweep", "--block-size", "16", "48")
     assert "Negotiate after PR #51216 but AITER would reject: [48]" in sweep.stdout
     bad = run("--block-size", "0")
-    assert bad.returncode == 2 and "manager_block_size must be a positive int" in bad.stderr
+    assert bad.returncode == 2 and "argument --block-size: must be a positive int" in bad.stderr
 
 
 @pytest.mark.skipif(not device.INTERPRETED, reason="a GPU process may time kernels")
@@ -32,3 +33,38 @@ def test_main_bench_refuses_the_interpreter():
     out = subprocess.run([sys.executable, "-m", "preshuffle", "bench", "--shapes", "6"], capture_output=True,
                          text=True)
     assert out.returncode == 2 and "refusing to time Triton's interpreter" in out.stderr
+
+
+@pytest.mark.parametrize("argv, status", [
+    (["--block-size", "16"], 0),
+    (["--block-size", "16", "--platform", "rocm", "--before-pr"], 0),
+    (["--block-size", "64", "--platform", "cuda"], 0),
+    (["--block-size", "16", "--platform", "cuda"], 1),        # no common block size
+    (["--block-size", "48"], 1),                              # negotiates 48, AITER would assert
+    (["--block-size", "16", "48"], 1),
+    (["--sweep", "--block-size", "16", "32", "64"], 0),
+    (["--sweep", "--block-size", "16", "48"], 1),
+    (["--sweep"], 1),                                         # the default sweep holds 48, 80, ...
+])
+def test_negotiate_exit_status(argv, status, capsys):
+    assert main(["negotiate", *argv]) == status
+    out = capsys.readouterr().out
+    assert out and ("NO" in out or "fails" in out or "would reject" in out) == bool(status)
+
+
+@pytest.mark.parametrize("value", ["0", "-16", "1.5", "abc", "1e3"])
+def test_negotiate_bad_block_size_names_the_flag_before_any_output(value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["negotiate", "--block-size", "16", value])
+    captured = capsys.readouterr()
+    assert exit_.value.code == 2 and captured.out == ""
+    assert f"argument --block-size: must be a positive int, got {value!r}" in captured.err
+    assert "manager_block_size" not in captured.err
+
+
+def test_negotiate_help_states_the_exit_status(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["negotiate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert exit_.value.code == 0
+    assert "exit status 1 when a negotiation fails or the indexer kernel would reject the negotiated size" in text

@@ -1,5 +1,6 @@
 """The kernels' entry point: precision, which kernel runs where, and the unchecked fast path."""
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -7,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from preshuffle import device
 from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
 from preshuffle.testing.inputs import random_problem
-from preshuffle.testing.numeric import check_logits, meets_contract
+from preshuffle.testing.numeric import assert_bitwise_equal, check_logits, meets_contract
 
 DEV = device.KERNEL_DEVICE
 
@@ -81,3 +82,9 @@ def test_fp8_paged_mqa_logits_unchecked_repeat_matches_the_checked_call(problem)
     again = torch.empty_like(checked)
     problem.call(fp8_paged_mqa_logits, check_values=False, out=again)
     assert torch.equal(again, checked)
+
+
+def test_fp8_paged_mqa_logits_takes_a_numpy_max_model_len(problem):
+    expected = problem.call(fp8_paged_mqa_logits)
+    assert_bitwise_equal(problem.replace(max_model_len=np.int64(problem.max_model_len)).call(fp8_paged_mqa_logits),
+                         expected)

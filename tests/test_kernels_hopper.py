@@ -9,7 +9,9 @@ from preshuffle import device
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits, launch
 from preshuffle.kernels.hopper import descriptors, supports
 from preshuffle.testing.inputs import random_problem
-from preshuffle.testing.numeric import assert_bitwise_equal, check_logits, check_repeatable, meets_contract
+from preshuffle.testing.numeric import (
+    assert_bitwise_equal, check_logits, check_repeatable, check_unchecked_logits, meets_contract,
+)
 
 HOPPER = device.current_support().hopper
 on_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm90 GPU (the Hopper kernel has no interpreter)")
@@ -101,3 +103,20 @@ def test_hopper_kernel_gives_nan_for_bad_block_ids_without_reading_them():
     assert torch.equal(torch.isnan(out), expected)
     good = problem.call(fp8_paged_mqa_logits)
     assert torch.equal(out[~expected], good[~expected])
+
+
+@on_hopper
+@pytest.mark.parametrize("block_size, layout, next_n, precision", [
+    (16, "normal", 1, "fp8"), (16, "shuffle", 2, "exact"), (64, "normal", 3, "fp8"), (64, "shuffle", 1, "exact")])
+def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, layout, next_n, precision):
+    problem = random_problem([150, 70, 129], next_n=next_n, block_size=block_size, layout=layout, seed=12,
+                             max_model_len=512, device="cuda")
+    capacity = problem.block_tables.shape[1] * block_size
+    lens = problem.context_lens.clone()
+    lens[0], lens[1], lens[2] = -5, capacity + 30, capacity + 100  # nothing; past its row; past the table's end
+    for tables in (problem.block_tables, problem.block_tables[:, :0]):  # and an empty table
+        out = torch.full((problem.batch * next_n, 512), 1.0e30, device="cuda")
+        problem.replace(context_lens=lens, block_tables=tables).call(
+            fp8_paged_mqa_logits, precision=precision, check_values=False, out=out)
+        verdict = check_unchecked_logits(out, problem, lens, tables)
+        assert verdict["nan_exact"] and verdict["nan"] > 0 and meets_contract(verdict, precision), verdict

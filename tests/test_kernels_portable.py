@@ -8,7 +8,9 @@ from hypothesis import given, settings, strategies as st
 from preshuffle import device
 from preshuffle.kernels import LaunchConfig, fp8_paged_mqa_logits
 from preshuffle.testing.inputs import random_problem
-from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_logits, check_repeatable
+from preshuffle.testing.numeric import (
+    RTOL, assert_bitwise_equal, check_logits, check_repeatable, check_unchecked_logits,
+)
 
 DEV = device.KERNEL_DEVICE
 PORTABLE = {"config": LaunchConfig(), "precision": "exact"}
@@ -155,3 +157,55 @@ def test_fp8_paged_mqa_logits_padding_past_the_context_may_hold_anything(ok):
 def test_fp8_paged_mqa_logits_out_must_match(ok):
     with pytest.raises(ValueError, match="out must be a contiguous float32 tensor"):
         ok.call(fp8_paged_mqa_logits, out=torch.empty(1, device=DEV))
+
+
+def check_unchecked(problem, **bad):
+    """The kernel with ``check_values=False`` on ``problem`` with ``bad`` context_lens or block_tables, into a
+    poisoned ``out`` (every element must be written): NaN exactly where no key can be read, the reference
+    elsewhere."""
+    out = torch.full((problem.batch * problem.next_n, problem.max_model_len), 1.0e30, device=DEV)
+    problem.replace(**bad).call(fp8_paged_mqa_logits, check_values=False, out=out, **PORTABLE)
+    verdict = check_unchecked_logits(out, problem, bad.get("context_lens", problem.context_lens),
+                                     bad.get("block_tables", problem.block_tables))
+    assert verdict["nan_exact"] and verdict["nan"] > 0, verdict
+    assert verdict["same_inf_pattern"] and verdict["max_rel_error"] <= RTOL, verdict
+
+
+UNCHECKED_VARIANTS = pytest.mark.parametrize("block_size, layout, next_n", [
+    (1, "normal", 1), (1, "normal", 2), (16, "normal", 1), (16, "shuffle", 2), (64, "shuffle", 1), (64, "normal", 3),
+])
+
+
+@UNCHECKED_VARIANTS
+def test_fp8_paged_mqa_logits_unchecked_bad_block_ids_give_nan(block_size, layout, next_n):
+    problem = random_problem([150, 70, 129], next_n=next_n, heads=16, block_size=block_size, layout=layout, seed=11,
+                             device=DEV)
+    tables = problem.block_tables.clone()
+    tables[0, 1] = problem.num_blocks  # just past the cache
+    tables[1, 0] = -1
+    tables[2, 2] = 2**31 - 1           # as far past it as an int32 id goes
+    check_unchecked(problem, block_tables=tables)
+
+
+@UNCHECKED_VARIANTS
+def test_fp8_paged_mqa_logits_unchecked_lengths_past_the_table_give_nan(block_size, layout, next_n):
+    problem = random_problem([150, 70, 129], next_n=next_n, heads=16, block_size=block_size, layout=layout, seed=12,
+                             max_model_len=512, device=DEV)
+    capacity = problem.block_tables.shape[1] * block_size
+    lens = problem.context_lens.clone()
+    lens[0] = -5                # sees nothing
+    lens[1] = capacity + 30     # reading past its table row would read the next row
+    lens[2] = capacity + 100    # and past the last row, the end of the table
+    check_unchecked(problem, context_lens=lens)
+
+
+def test_fp8_paged_mqa_logits_unchecked_empty_table_gives_nan():
+    problem = random_problem([40, 7], next_n=2, heads=16, block_size=16, seed=13, device=DEV)
+    check_unchecked(problem, block_tables=problem.block_tables[:, :0])
+
+
+def test_fp8_paged_mqa_logits_checked_bad_ids_still_raise_first(ok):
+    tables = ok.block_tables.clone()
+    tables[0, 0] = ok.num_blocks
+    with pytest.raises(ValueError, match="block id"):
+        bad(ok, block_tables=tables)()

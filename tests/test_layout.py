@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
@@ -84,3 +85,28 @@ def test_offsets_and_shuffles_reject_bad_input():
         unshuffle(torch.zeros(100, dtype=torch.uint8), 16)
     with pytest.raises(TypeError, match="values must be a tensor"):
         preshuffle(torch.zeros(16))
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda: normal_offset(1.5, 0, 16), TypeError, "token must be an int in"),
+    (lambda: normal_offset(True, 0, 16), TypeError, "token must be an int in"),
+    (lambda: shuffle_offset(0, "3", 16), TypeError, "dim must be an int in"),
+    (lambda: normal_offset(0, 0, 0), ValueError, "block_size must be a positive int, got 0"),
+    (lambda: offset_map(0), ValueError, "block_size must be a positive int, got 0"),
+    (lambda: offset_map(-1), ValueError, "block_size must be a positive int, got -1"),
+    (lambda: offset_map(16.0), TypeError, "block_size must be a positive int, got float"),
+    (lambda: offset_map(True), TypeError, "block_size must be a positive int, got bool"),
+    (lambda: offset_map(16, 0), ValueError, "head_dim must be a positive int, got 0"),
+    (lambda: unshuffle([0] * 2048, 16), TypeError, "flat must be a tensor"),
+    (lambda: unshuffle(torch.zeros(2048), 16.0), TypeError, "block_size must be a positive int, got float"),
+    (lambda: preshuffle(torch.zeros(0, 128)), ValueError, "block_size must be a positive int, got 0"),
+])
+def test_layout_functions_bad_arguments(call, exc, message):
+    with pytest.raises(exc, match=message):
+        call()
+
+
+def test_layout_functions_take_numpy_ints():
+    assert normal_offset(np.int64(1), np.int32(2), np.int64(16)) == 130
+    assert shuffle_offset(np.int64(3), np.int64(37), np.int64(16)) == 565
+    assert torch.equal(offset_map(np.int64(16), np.int64(128), "shuffle"), offset_map(16, 128, "shuffle"))

@@ -180,3 +180,86 @@ def test_use_platform_restores_and_validates():
     with pytest.raises(ValueError, match="platform"):
         with neg.use_platform("tpu"):
             pass
+
+
+def declaring(*sizes):
+    class Declaring(neg.AttentionBackend):
+        @staticmethod
+        def get_supported_kernel_block_sizes():
+            return list(sizes)
+    return Declaring
+
+
+def mutated_multiple_of(base):
+    entry = MultipleOf(16)
+    entry.base = base
+    return entry
+
+
+@pytest.mark.parametrize("entry", [-16, 0, True, False, mutated_multiple_of(0), mutated_multiple_of(-4),
+                                   mutated_multiple_of(2.0), mutated_multiple_of(True)])
+def test_select_common_block_size_refuses_bad_declarations_naming_the_backend(entry):
+    with pytest.raises(ValueError, match=r"Declaring declares .*: entries must be positive ints or MultipleOf"):
+        select_common_block_size(16, [declaring(entry)])
+    with pytest.raises(ValueError, match="Declaring declares"):
+        neg.block_size_is_supported(declaring(64, entry), 64)
+
+
+def test_select_common_block_size_names_the_backend_of_an_unknown_entry():
+    with pytest.raises(ValueError, match=r"Unknown supported size: 16\.0 \(declared by Declaring\)"):
+        select_common_block_size(16, [declaring(16.0)])
+    with pytest.raises(ValueError, match=r"Unknown supported size: 16 \(declared by Declaring\)"):
+        select_common_block_size(16, [declaring(np.int64(16))])  # vLLM's isinstance(entry, int) refuses it too
+
+
+@pytest.mark.parametrize("backends, message", [
+    ([DeepseekV32IndexerBackend()], "a backend must be a class with get_supported_kernel_block_sizes"),
+    (["FlashInferBackend"], "a backend must be a class with get_supported_kernel_block_sizes"),
+    ([int], "a backend must be a class with get_supported_kernel_block_sizes"),
+    (DeepseekV32IndexerBackend, "backends must be a list of backend classes"),
+    ("FlashInferBackend", "backends must be a list of backend classes"),
+    ([type("Lazy", (), {"get_supported_kernel_block_sizes": staticmethod(lambda: None)})],
+     r"Lazy.get_supported_kernel_block_sizes\(\) must return a list"),
+])
+def test_select_common_block_size_refuses_what_is_not_a_backend(backends, message):
+    with pytest.raises(TypeError, match=message):
+        select_common_block_size(16, backends)
+
+
+@pytest.mark.parametrize("size, exc", [(0, ValueError), (-16, ValueError), (16.0, TypeError), (True, TypeError)])
+def test_block_size_is_supported_bad_size(size, exc):
+    with pytest.raises(exc, match="block_size must be a positive int"):
+        neg.block_size_is_supported(declaring(MultipleOf(16)), size)
+
+
+def test_block_size_is_supported_takes_numpy_ints():
+    assert neg.block_size_is_supported(declaring(MultipleOf(16)), np.int64(32))
+    assert select_common_block_size(np.int32(48), [declaring(16, MultipleOf(16))]) == 48
+
+
+def test_negotiate_bad_before_pr():
+    with pytest.raises(TypeError, match="before_pr must be a bool, got str 'no'"):
+        neg.negotiate(16, "rocm", before_pr="no")
+
+
+def test_sweep_bad_sizes():
+    with pytest.raises(TypeError, match="manager_block_sizes must be a sequence of ints, got int 16"):
+        neg.sweep(16)
+    with pytest.raises(ValueError, match="manager_block_size must be a positive int, got 0"):
+        neg.sweep([16, 0])
+
+
+def test_map_to_kernel_blocks_refuses_ids_that_overflow():
+    with pytest.raises(ValueError, match="overflow int64"):
+        map_to_kernel_blocks([2**62], 4)
+    assert map_to_kernel_blocks([2**60], 4).tolist() == [2**62, 2**62 + 1, 2**62 + 2, 2**62 + 3]
+
+
+def test_slot_mapping_bad_arguments():
+    with pytest.raises(TypeError, match="block_table must be integers"):
+        neg.slot_mapping([1.5, 2.0], [0], 16)
+    with pytest.raises(TypeError, match="positions must be integers"):
+        neg.slot_mapping([1, 2], [0.5], 16)
+    with pytest.raises(ValueError, match="block_table holds block id -1 at index 1, which position 17 reads"):
+        neg.slot_mapping([1, -1], [3, 17], 16)
+    assert neg.slot_mapping([1, -1], [3], 16).tolist() == [19]  # an unread entry may hold padding

@@ -1,4 +1,4 @@
-"""The workbook's figures drawn from the data they are given."""
+"""The figures, checked without a browser: what they draw is what the package computes."""
 
 import math
 
@@ -6,7 +6,188 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from preshuffle import plots, portable_ladder  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+
+from preshuffle import layout, negotiation, plots, portable_ladder, report, widgets  # noqa: E402
+from preshuffle.shapes import Shape  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def tagged(artist, gid: str) -> list:
+    return artist.findobj(lambda a: a.get_gid() == gid)
+
+
+def texts(artist, gid: str) -> list[str]:
+    return [t.get_text() for t in tagged(artist, gid)]
+
+
+@pytest.mark.parametrize("make, axes", [
+    (lambda: plots.negotiation_plot(), 1), (lambda: plots.quantization_plot(tokens=50), 2),
+    (lambda: plots.block_bytes_plot(16), 1), (lambda: plots.offset_maps_plot(32), 4),
+    (lambda: plots.line_map_plot(16), 2),
+])
+def test_plots_build(make, axes):
+    fig = make()
+    assert len(fig.axes) == axes and tuple(fig.get_size_inches()) in {plots.WIDE, plots.SQUARE_PAIR, (10, 1.8)}
+
+
+def test_performance_plots_draw_the_committed_results(record):
+    rows = report.summary(record)
+    anchors = [r for r in rows if r["block1_over_block64"] is not None]
+    fig = plots.cache_cost_plot(rows)
+    heights = sorted(round(p.get_height(), 9) for p in fig.axes[0].patches)
+    assert heights == sorted(round(r[f"{v}_over_block64"], 9) for r in anchors
+                             for v in ("block1", "block16-normal", "block16-shuffle", "block64-shuffle"))
+    plt.close(fig)
+    fig = plots.deepgemm_share_plot(rows)
+    assert sorted(p.get_height() for p in fig.axes[0].patches) == sorted(
+        r[k] for r in rows for k in ("fp8_pct", "exact_pct", "deepgemm_pct"))
+    plt.close(fig)
+    ladders = {s.label: report.ladder(record, s) for s in (Shape(64, 1, 8192), Shape(4096, 1, 8192))}
+    fig = plots.hopper_ladder_plot(ladders)
+    for ax, steps in zip(fig.axes, ladders.values()):
+        assert [p.get_width() for p in ax.patches] == [s["pct_copy"] for s in steps]
+    plt.close(fig)
+
+
+class NotOnCpu(torch.Tensor):
+    """Stands in for a CUDA tensor on a machine without one: numpy() refuses, as torch does for any tensor that is
+    not on the CPU, and .cpu() gives a plain CPU tensor."""
+
+    def numpy(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() first.")
+
+    def cpu(self, *args, **kwargs):
+        return self.as_subclass(torch.Tensor)
+
+
+def test_valid_region_plot_moves_a_device_tensor_to_the_cpu():
+    logits = torch.full((4, 6), float("-inf"))
+    logits[0, :3] = 1.0
+    logits[3, :5] = -2.0
+    fig = plots.valid_region_plot(logits.as_subclass(NotOnCpu), next_n=2)
+    image = fig.axes[0].get_images()[0].get_array()
+    assert (image == torch.isfinite(logits).numpy()).all()
+
+
+def test_png_bytes_are_reproducible_and_carry_no_software_tag():
+    first = plots.png_bytes(plots.block_bytes_plot(16))
+    assert first.startswith(b"\x89PNG") and b"Software" not in first
+    assert plots.png_bytes(plots.block_bytes_plot(16)) == first
+    assert plots.png_bytes(plots.block_bytes_plot(32)) != first
+
+
+def decision(record, size, platform, before_pr=False):
+    n = negotiation.negotiate(size, platform, before_pr=before_pr)
+    return plots.negotiation_decision_plot(n, report.kernel_costs(n, record), manager_id=5)
+
+
+def test_negotiation_decision_plot_cuts_the_manager_block(record):
+    before = decision(record, 16, "rocm", before_pr=True)
+    assert [(b.get_x(), b.get_width()) for b in tagged(before, "kernel-block")] == [(i, 1) for i in range(16)]
+    assert texts(before, "kernel-block-id") == [str(5 * 16 + i) for i in range(16)]
+    assert before.get_suptitle().endswith("kernel block size 1")
+    after = decision(record, 16, "rocm")
+    assert [(b.get_x(), b.get_width()) for b in tagged(after, "kernel-block")] == [(0, 16)]
+    assert texts(after, "kernel-block-id") == ["5"]
+    assert after.get_suptitle().endswith("kernel block size 16")
+    many = decision(record, 160, "rocm", before_pr=True)   # 160 blocks: only the ends carry their ids
+    assert len(tagged(many, "kernel-block")) == 160 and texts(many, "kernel-block-id") == ["800", "959"]
+
+
+@pytest.mark.parametrize("size, platform, before_pr, entries, variant, accepted", [
+    (16, "rocm", True, ["1", "1"], "per-token (kernel block 1)", True),
+    (16, "rocm", False, ["MultipleOf(16)", "MultipleOf(16)"], "preshuffled 16x16 tiles", True),
+    (128, "rocm", True, ["64", "64"], "preshuffled 16x16 tiles", True),
+    (48, "rocm", False, ["MultipleOf(16)", "MultipleOf(16)"], "preshuffled 16x16 tiles", False),
+    (256, "cuda", False, ["64", "64"], "natural blocks", True),
+])
+def test_negotiation_decision_plot_marks_the_entries_and_the_variant(record, size, platform, before_pr, entries,
+                                                                     variant, accepted):
+    fig = decision(record, size, platform, before_pr)
+    assert texts(fig, "matched-entry-label") == entries
+    assert texts(fig, "kernel-variant-label") == [variant]
+    (box,) = tagged(fig, "kernel-variant")
+    assert box.get_facecolor() == to_rgba(plots.OK_COLOR if accepted else plots.BAD_COLOR)
+    assert ("REJECTS" in fig.axes[2].get_title()) == (not accepted)
+
+
+def test_negotiation_decision_plot_of_a_failed_negotiation(record):
+    fig = decision(record, 48, "cuda")
+    assert tagged(fig, "matched-entry") == [] and tagged(fig, "kernel-variant") == []
+    assert tagged(fig, "kernel-block") == [] and len(tagged(fig, "manager-block")) == 1
+    assert fig.get_suptitle().endswith("negotiation fails")
+
+
+@pytest.mark.parametrize("size, platform, before_pr", [(16, "rocm", True), (16, "rocm", False), (32, "rocm", False),
+                                                       (48, "rocm", False), (64, "cuda", False)])
+def test_negotiation_decision_plot_draws_the_costs(record, size, platform, before_pr):
+    n = negotiation.negotiate(size, platform, before_pr=before_pr)
+    costs = report.kernel_costs(n, record)
+    fig = plots.negotiation_decision_plot(n, costs)
+    for bar in costs["bars"]:
+        (patch,) = tagged(fig, f"cost-{bar['kernel_block_size']}")
+        assert patch.get_width() == (bar["us"] or 0)
+        label = f"kernel block {bar['kernel_block_size']}{' (negotiated)' * bar['negotiated']}"
+        assert label in [t.get_text() for t in fig.axes[3].get_yticklabels()]
+    notes = [t.get_text() for t in fig.axes[3].texts]
+    assert notes.count("not measured") == sum(b["us"] is None and n.kernel.accepted for b in costs["bars"])
+    assert ("the kernel asserts: nothing runs" in notes) == (not n.kernel.accepted)
+
+
+def cells(ax, gid: str) -> set[int]:
+    """Byte offsets covered by the rectangles tagged ``gid`` (x: byte within its 128-byte line, y: the line)."""
+    return {int(r.get_y()) * 128 + int(r.get_x()) + i for r in tagged(ax, gid) for i in range(int(r.get_width()))}
+
+
+@pytest.mark.parametrize("block_size, token, dim", [(16, 3, 37), (32, 17, 17), (64, 40, 100), (256, 200, 5)])
+def test_lane_bytes_plot_highlights_the_layout_offsets(block_size, token, dim):
+    fig = plots.lane_bytes_plot(widgets.lane_vector(token, dim, block_size))
+    d0, t0 = dim - dim % 16, token - token % 16
+    for ax, offset, runs, lines in ((fig.axes[0], layout.normal_offset, 16, 16),
+                                    (fig.axes[1], layout.shuffle_offset, 1, 2)):
+        assert cells(ax, "lane") == {offset(token, d, block_size) for d in range(d0, d0 + 16)}
+        group = {offset(t, d, block_size) for t in range(t0, t0 + 16) for d in range(d0, d0 + 16)}
+        assert cells(ax, "lanes") == group
+        (marker,) = tagged(ax, "value")
+        x, y = marker.get_xdata()[0], marker.get_ydata()[0]
+        assert (y - 0.5) * 128 + (x - 0.5) == offset(token, dim, block_size)
+        bottom, top = ax.get_ylim()
+        assert top <= min(group) // 128 and max(group) // 128 < bottom     # every highlighted line is in view
+        assert f"{runs} contiguous run" in ax.get_title() and f"{lines} lines of 128 bytes" in ax.get_title()
+
+
+def test_workload_plot_bars_are_the_bars(record):
+    nearest, bars = report.workload_bars(record, 64, 8192, 1, 16, "shuffle", "fp8")
+    asked = Shape(50, 1, 6000)
+    fig = plots.workload_plot(nearest, asked, bars)
+    time_ax, share_ax = fig.axes
+    assert [p.get_width() for p in time_ax.patches] == [b["us"] or 0 for b in bars]
+    assert [p.get_width() for p in share_ax.patches] == [b["pct_copy"] or 0 for b in bars]
+    assert [t.get_text() for t in time_ax.texts].count("not measured") == sum(b["us"] is None for b in bars)
+    assert [t.get_text() for t in time_ax.get_yticklabels()] == [b["label"] for b in bars]
+    assert [t.get_fontweight() == "bold" for t in time_ax.get_yticklabels()] == [b["chosen"] for b in bars]
+    assert fig.get_suptitle() == f"nearest measured shape: {nearest.label} (asked for {asked.label})"
+    assert plots.workload_plot(nearest, nearest, bars).get_suptitle() == f"nearest measured shape: {nearest.label}"
+
+
+def test_explorer_plots_are_not_held_by_pyplot(record):
+    """A widget message handled on another kernel thread flushes (draws and closes) every figure pyplot holds."""
+    held = plt.get_fignums()
+    n = negotiation.negotiate(16, "rocm")
+    plots.negotiation_decision_plot(n, report.kernel_costs(n, record))
+    plots.lane_bytes_plot(widgets.lane_vector(3, 37, 16))
+    nearest, bars = report.workload_bars(record, 64, 8192, 1, 64, "normal", "exact")
+    plots.workload_plot(nearest, nearest, bars)
+    assert plt.get_fignums() == held
 
 
 def test_portable_ladder_plot_draws_a_bar_per_recorded_share():
@@ -18,4 +199,3 @@ def test_portable_ladder_plot_draws_a_bar_per_recorded_share():
     heights = sorted(p.get_height() for p in ax.patches if not math.isnan(p.get_height()))
     assert heights == expected
     assert len(ax.get_xticklabels()) == len(kept) and ax.get_xticklabels()[1].get_text().startswith("version 2\n")
-    matplotlib.pyplot.close(fig)

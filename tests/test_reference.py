@@ -7,7 +7,7 @@ from preshuffle.reference import (
     reference_and_magnitude,
 )
 from preshuffle.testing.inputs import random_problem
-from preshuffle.testing.numeric import assert_bitwise_equal, compare_logits
+from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_unchecked_logits, compare_logits
 
 
 def test_fp8_paged_mqa_logits_ref_one_token_by_hand():
@@ -49,3 +49,21 @@ def test_reference_and_magnitude_is_the_reference_and_logits_magnitude():
     assert_bitwise_equal(magnitude, problem.call(logits_magnitude))
     finite = torch.isfinite(ref)
     assert (magnitude[finite] >= ref[finite].abs()).all() and (magnitude[finite] > 0).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float64", None])
+def test_fp8_paged_mqa_logits_ref_refuses_a_dtype_that_is_not_floating(dtype):
+    problem = random_problem([5], heads=16, seed=0)
+    with pytest.raises(TypeError, match="dtype must be a floating-point torch.dtype"):
+        problem.call(fp8_paged_mqa_logits_ref, dtype=dtype)
+
+
+def test_fp8_paged_mqa_logits_torch_gives_nan_where_a_block_cannot_be_read():
+    problem = random_problem([40, 21, 9], next_n=2, heads=16, block_size=16, seed=4, max_model_len=80)
+    tables, lens = problem.block_tables.clone(), problem.context_lens.clone()
+    tables[0, 1], tables[1, 0] = problem.num_blocks + 3, -2
+    lens[2] = 16 * tables.shape[1] + 20      # longer than its table row
+    out = problem.replace(context_lens=lens, block_tables=tables).call(fp8_paged_mqa_logits_torch)
+    verdict = check_unchecked_logits(out, problem, lens, tables)
+    assert verdict["nan_exact"] and verdict["nan"] > 0, verdict
+    assert verdict["same_inf_pattern"] and verdict["max_rel_error"] <= RTOL, verdict

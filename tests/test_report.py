@@ -3,15 +3,10 @@ raw ones."""
 
 import pytest
 
-from preshuffle import report
+from preshuffle import negotiation, report
 from preshuffle.shapes import ANCHOR_SHAPES, Shape
 
 MTP = [Shape(64, 3, 8192), Shape(256, 3, 8192)]
-
-
-@pytest.fixture(scope="module")
-def record():
-    return report.load()
 
 
 def test_load_reads_results_with_their_provenance(record):
@@ -93,3 +88,94 @@ def test_clean_l2_and_host_time_cover_the_small_shapes(record):
     assert set(clean) == {Shape(1, 1, 131072), Shape(64, 1, 8192)}
     assert all(r["ours_clean_us"] < r["ours_us"] and r["deepgemm_clean_us"] < r["deepgemm_us"] for r in clean.values())
     assert set(report.host_us(record)) == set(clean)
+
+
+def launch_rule_us(record, shape, variant, precision="fp8"):
+    """The committed row the benchmark flagged as the launch rule's, read without the report module."""
+    rows = [r["us"] for r in record["rows"] if r["kernel"] in ("hopper", "portable") and r["variant"] == variant
+            and r.get("rule") and r["timing"] == "graph" and r["precision"] == precision
+            and Shape(**r["shape"]) == shape]
+    assert len(rows) <= 1
+    return rows[0] if rows else None
+
+
+@pytest.mark.parametrize("block_size, layout, variant", [
+    (1, "normal", "block1"), (16, "normal", "block16-normal"), (16, "shuffle", "block16-shuffle"),
+    (64, "normal", "block64-normal"), (64, "shuffle", "block64-shuffle")])
+def test_variant_time_is_the_launch_rule_row(record, block_size, layout, variant):
+    for shape in ANCHOR_SHAPES:
+        for precision in ("fp8", "exact"):
+            expected = launch_rule_us(record, shape, variant, precision)
+            assert expected and report.variant_time(record, shape, block_size, layout, precision) == expected
+
+
+def test_variant_time_of_an_unmeasured_combination_is_none(record):
+    assert report.variant_time(record, Shape(64, 1, 8192), 32) is None
+    assert report.variant_time(record, Shape(64, 1, 8192), 1, "shuffle") is None
+    assert report.variant_time(record, Shape(3, 1, 100), 64) is None
+    assert report.variant_time(record, Shape(64, 3, 8192), 16) is None   # next_n = 3 runs on DeepGEMM's cache only
+
+
+def costs(record, size, platform, before_pr=False):
+    bars = report.kernel_costs(negotiation.negotiate(size, platform, before_pr=before_pr), record)["bars"]
+    return [(b["kernel_block_size"], b["us"], b["negotiated"]) for b in bars]
+
+
+def test_kernel_costs_on_rocm_are_the_pr_measurements(record):
+    assert costs(record, 16, "rocm", before_pr=True) == [(1, 28.53, True), (16, 7.84, False)]
+    assert costs(record, 16, "rocm") == [(1, 28.53, False), (16, 7.84, True)]
+    assert costs(record, 32, "rocm") == [(1, 28.53, False), (16, 7.84, False), (32, None, True)]
+    assert costs(record, 24, "rocm") == [(1, 28.53, True), (16, 7.84, False)]
+
+
+def test_kernel_costs_on_cuda_are_our_h200_times(record):
+    shape = Shape(64, 1, 8192)
+    expected = [(k, launch_rule_us(record, shape, v), k == 64)
+                for k, v in ((1, "block1"), (16, "block16-normal"), (64, "block64-normal"))]
+    assert costs(record, 256, "cuda") == expected and all(us for _, us, _ in expected)
+    assert "B=64 next_n=1 ctx=8192" in report.kernel_costs(negotiation.negotiate(64, "cuda"), record)["source"]
+    assert [negotiated for *_, negotiated in costs(record, 48, "cuda")] == [False] * 3    # negotiation fails
+
+
+@pytest.mark.parametrize("asked, nearest", [
+    ((64, 8192, 1), (64, 1, 8192)), ((256, 65536, 2), (256, 2, 65536)), ((64, 4096, 1), (64, 1, 8192)),
+    ((200, 50000, 2), (256, 2, 65536)), ((1, 8192, 1), (1, 1, 131072)), ((8, 16384, 1), (8, 1, 65536)),
+    ((2048, 8192, 1), (4096, 1, 8192)), ((1, 1024, 3), (64, 3, 8192)), ((1, 1024, 4), (64, 3, 8192))])
+def test_nearest_shape_prefers_next_n_then_log_distance(record, asked, nearest):
+    assert report.nearest_shape(record, *asked) == Shape(*nearest)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, 8192, 1), "batch"), ((64, 8192.0, 1), "avg_ctx"), ((64, 8192, True), "next_n")])
+def test_nearest_shape_rejects_bad_sizes(record, args, message):
+    with pytest.raises(ValueError, match=message):
+        report.nearest_shape(record, *args)
+
+
+@pytest.mark.parametrize("precision", ["exact", "fp8"])
+def test_workload_bars_are_the_results_numbers(record, precision):
+    variants = ["block1", "block16-normal", "block16-shuffle", "block64-normal", "block64-shuffle"]
+    for shape in report.shapes(record):
+        nearest, bars = report.workload_bars(record, shape.batch, shape.avg_ctx, shape.next_n, 16, "shuffle",
+                                             precision)
+        assert nearest == shape
+        assert [b["us"] for b in bars[:-1]] == [launch_rule_us(record, shape, v, precision) for v in variants]
+        assert [b["chosen"] for b in bars] == [False, False, True, False, False, False]
+        flattened = shape.next_n == 3
+        dg = report.find(record, shape, kernel="deepgemm-flattened" if flattened else "deepgemm")
+        assert bars[-1]["label"] == ("DeepGEMM (same run, flattened rows)" if flattened else "DeepGEMM (same run)")
+        assert (bars[-1]["us"], bars[-1]["pct_copy"]) == (dg["us"], dg["pct_copy"])
+
+
+def test_workload_bars_share_follows_from_the_row(record):
+    _, bars = report.workload_bars(record, 64, 8192, 1, 64, "normal", "exact")
+    row = report.find(record, Shape(64, 1, 8192), kernel="hopper", precision="exact", variant="block64-normal")
+    assert bars[3]["label"] == "ours block64-normal (exact)" and bars[3]["pct_copy"] == row["pct_copy"]
+
+
+@pytest.mark.parametrize("block_size, layout, precision, message", [
+    (1, "shuffle", "exact", "block_size, layout"), (32, "normal", "exact", "block_size, layout"),
+    (64, "normal", "fp16", "precision")])
+def test_workload_bars_rejects_unknown_variants(record, block_size, layout, precision, message):
+    with pytest.raises(ValueError, match=message):
+        report.workload_bars(record, 64, 8192, 1, block_size, layout, precision)

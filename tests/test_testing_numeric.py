@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from preshuffle.kernels import fp8_paged_mqa_logits
+from preshuffle.reference import fp8_paged_mqa_logits_ref
 from preshuffle.testing.inputs import random_problem
 from preshuffle.testing.numeric import (
-    RTOL, assert_bitwise_equal, calc_diff, check_logits, check_repeatable, compare_logits,
+    RTOL, assert_bitwise_equal, calc_diff, check_logits, check_repeatable, check_unchecked_logits, compare_logits,
 )
 
 
@@ -73,3 +74,36 @@ def test_check_repeatable_runs_until_a_run_differs():
     assert len(calls) == 3
     with pytest.raises(ValueError, match="runs must be at least 2"):
         check_repeatable(drifting, runs=1)
+
+
+def test_compare_logits_bad_arguments():
+    ref = torch.zeros(2, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"magnitude has shape \[3\], the reference \[2, 3\]"):
+        compare_logits(ref, ref, ref[0])
+    with pytest.raises(TypeError, match="out must be a tensor, got list"):
+        compare_logits(ref.tolist(), ref, ref)
+
+
+def test_calc_diff_refuses_shapes_that_differ():
+    x = torch.randn(2, 3)
+    with pytest.raises(ValueError, match=r"x has shape \[3\] but y \[2, 3\]"):
+        calc_diff(x[0], x)
+    with pytest.raises(TypeError, match="x must be a tensor, got list"):
+        calc_diff([1.0], x)
+
+
+def test_check_unchecked_logits_wants_nan_exactly_where_no_key_can_be_read():
+    problem = random_problem([30, 12], next_n=2, heads=16, block_size=16, seed=6, max_model_len=40)
+    tables = problem.block_tables.clone()
+    tables[0, 1] = -1                                  # positions 16..29 of sequence 0
+    right = problem.call(fp8_paged_mqa_logits_ref).float()
+    right[0:2, 16:30] = math.nan
+    right[0, 29] = -math.inf                           # row 0 sees positions <= 28 only
+    verdict = check_unchecked_logits(right, problem, problem.context_lens, tables)
+    assert verdict["nan_exact"] and verdict["nan"] == 13 + 14 and verdict["max_rel_error"] <= RTOL, verdict
+    missing = right.clone()
+    missing[1, 20] = 0.0
+    assert not check_unchecked_logits(missing, problem, problem.context_lens, tables)["nan_exact"]
+    extra = right.clone()
+    extra[2, 3] = math.nan
+    assert not check_unchecked_logits(extra, problem, problem.context_lens, tables)["nan_exact"]

@@ -31,7 +31,8 @@ CANONICAL = {
         "version": "3.11.7",
     },
 }
-# Kept as found: the state of the stored widget outputs (chapters 1 and 2), which nbconvert records.
+# Kept as found: the state of the stored widget outputs (the explorers of chapters 1, 2 and 4), which nbconvert
+# records.
 KEPT = ("widgets",)
 
 

@@ -17,10 +17,23 @@ def _negotiate(args) -> int:
         rejected = negotiation.rejected_rows(rows)
         if rejected:
             print(f"\nNegotiate after PR #51216 but AITER would reject: {rejected}")
-        return 0
-    for size in args.block_size or [16]:
-        print(negotiation.format_negotiation(negotiation.negotiate(size, args.platform, before_pr=args.before_pr)))
-    return 0
+        failed = [r for r in rows if r["after_kernel_block_size"] is None]
+        return 1 if rejected or failed else 0
+    results = [negotiation.negotiate(size, args.platform, before_pr=args.before_pr) for size in args.block_size or [16]]
+    for result in results:
+        print(negotiation.format_negotiation(result))
+    return 1 if any(r.error or not r.kernel.accepted for r in results) else 0
+
+
+def _positive_int(text: str) -> int:
+    """argparse ``type=`` for sizes: argparse names the flag in front of this message."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive int, got {text!r}")
+    return value
 
 
 def _bench(args) -> int:
@@ -68,16 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the versions, the device, and which kernel paths run on it")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    neg = commands.add_parser("negotiate", help="kernel block size, kernel and acceptance for a --block-size")
-    neg.add_argument("--block-size", type=int, nargs="+", help="manager block size(s) (default 16)")
+    neg = commands.add_parser(
+        "negotiate",
+        help="kernel block size, kernel and acceptance for a --block-size (exits 1 when it fails or is rejected)",
+        epilog="Exit status 0 when every size negotiates and the indexer kernel accepts it; exit status 1 when a "
+               "negotiation fails or the indexer kernel would reject the negotiated size (with --sweep: after the "
+               "PR, for any size swept); 2 for bad arguments.")
+    neg.add_argument("--block-size", type=_positive_int, nargs="+", help="manager block size(s) (default 16)")
     neg.add_argument("--platform", choices=["rocm", "cuda"], default="rocm")
     neg.add_argument("--before-pr", action="store_true", help="the declarations before vLLM PR #51216")
     neg.add_argument("--sweep", action="store_true",
                      help="before and after, for every size given (default: 1, 8 and multiples of 16 to 1024)")
     neg.set_defaults(run=_negotiate)
 
-    from .access import VARIANTS
     from .benchmark import SHAPES
+    from .shapes import VARIANTS
 
     ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
     ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(SHAPES)),

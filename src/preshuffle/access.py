@@ -3,15 +3,7 @@
 from __future__ import annotations
 
 from .cache import SCALE_BYTES
-
-# The five caches the workbook compares: name -> (kernel block size, layout).
-VARIANTS = {
-    "block1": (1, "normal"),
-    "block16-normal": (16, "normal"),
-    "block16-shuffle": (16, "shuffle"),
-    "block64-normal": (64, "normal"),
-    "block64-shuffle": (64, "shuffle"),
-}
+from .shapes import VARIANTS
 
 
 def chunk_accesses(block_size: int, layout: str = "normal", chunk: int = 64, head_dim: int = 128) -> dict:

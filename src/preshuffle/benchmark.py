@@ -21,13 +21,12 @@ from dataclasses import asdict
 import torch
 
 from . import deepgemm
-from .access import VARIANTS
 from .kernels import HopperConfig, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import CHUNK, config_for, hopper_config
 from .kernels.tl_tma import tl_tma_logits
 from .problem import PagedMQAProblem
 from .reference import fp8_paged_mqa_logits_torch, reference_and_magnitude
-from .shapes import ANCHOR_SHAPES, Shape
+from .shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from .testing import timing
 from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem
 from .testing.numeric import CONTRACTS, compare_logits, meets_contract

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import non_negative_int, positive_int
 from .layout import check_layout, check_shuffle_geometry, offset_map
 
 SCALE_BYTES = 4
@@ -24,17 +25,37 @@ def fp8_max(fp8_dtype: torch.dtype) -> float:
     return FP8_MAX[fp8_dtype]
 
 
-def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, scale_fmt: str | None = None):
-    """Per-token FP8 quantisation: ``scale = max(amax, 1e-4) / fp8_max`` (a power of two, rounded up, with
-    ``scale_fmt="ue8m0"``); returns ``(fp8 values [T, D], fp32 scales [T])`` with ``values * scale ~= k``."""
+def _check_keys(k) -> None:
     if not isinstance(k, torch.Tensor) or k.dim() != 2:
         raise TypeError(f"k must be a 2-D tensor [num_tokens, head_dim], got {getattr(k, 'shape', type(k))}")
     if k.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise TypeError(f"k must be bfloat16, float16 or float32, got {k.dtype}")
+    if k.device.type == "meta":
+        raise ValueError("k is on meta: it holds no values to quantise")
+
+
+def _check_finite(k: torch.Tensor, written: torch.Tensor | None = None) -> None:
+    """Refuse a NaN or Inf in any token of ``k`` (only those where ``written``, when given)."""
+    bad = ~torch.isfinite(k).all(dim=1)
+    if written is not None:
+        bad &= written
+    if bad.any():
+        token = int(bad.nonzero()[0, 0])
+        value = k[token][~torch.isfinite(k[token])][0].item()
+        raise ValueError(f"k must be finite, but token {token} holds {value}: its scale would be NaN")
+
+
+def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, scale_fmt: str | None = None):
+    """Per-token FP8 quantisation: ``scale = max(amax, 1e-4) / fp8_max`` (a power of two, rounded up, with
+    ``scale_fmt="ue8m0"``); returns ``(fp8 values [T, D], fp32 scales [T])`` with ``values * scale ~= k``.
+
+    A NaN or Inf in ``k`` raises ``ValueError`` naming the token (vLLM would quantise it into a NaN scale)."""
+    _check_keys(k)
     if scale_fmt not in SCALE_FORMATS:
         raise ValueError(f"scale_fmt must be one of {SCALE_FORMATS}, got {scale_fmt!r}")
     top = fp8_max(fp8_dtype)
-    k = k.float()
+    _check_finite(k)
+    k = k.detach().float()
     scale = k.abs().amax(dim=-1).clamp(min=SCALE_FLOOR) / top
     if scale_fmt == "ue8m0":
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
@@ -44,10 +65,21 @@ def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn,
 
 def allocate_k_cache(num_blocks: int, block_size: int, head_dim: int = 128, device=None) -> torch.Tensor:
     """A zeroed uint8 cache ``[num_blocks, block_size, 1, head_dim + 4]``."""
-    for name, value in (("num_blocks", num_blocks), ("block_size", block_size), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return torch.zeros((num_blocks, block_size, 1, head_dim + SCALE_BYTES), dtype=torch.uint8, device=device)
+    num_blocks, block_size, head_dim = (positive_int(v, name) for v, name in (
+        (num_blocks, "num_blocks"), (block_size, "block_size"), (head_dim, "head_dim")))
+    if head_dim % 16:
+        raise ValueError(f"head_dim must be a multiple of 16, got {head_dim}")
+    try:
+        device = torch.device(device) if device is not None else torch.get_default_device()
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must name a torch device, got {device!r}") from exc
+    shape = (num_blocks, block_size, 1, head_dim + SCALE_BYTES)
+    try:
+        return torch.zeros(shape, dtype=torch.uint8, device=device)
+    except RuntimeError as exc:  # too large for the device, or for a size in int64
+        raise ValueError(f"a cache of {num_blocks} blocks of {block_size} tokens "
+                         f"({num_blocks * block_size * (head_dim + SCALE_BYTES)} bytes) cannot be allocated on "
+                         f"{device}: {exc}") from exc
 
 
 def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
@@ -58,10 +90,14 @@ def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
     if not (len(shape) == 4 and shape[2] == 1 or len(shape) == 3):
         raise ValueError(f"kv_cache must be [num_blocks, block_size, 1, head_dim + 4] or "
                          f"[num_blocks, block_size, head_dim + 4], got {list(shape)}")
+    if shape[0] == 0 or shape[1] == 0:
+        raise ValueError(f"kv_cache must hold at least one block of at least one token, got {list(shape)}")
     if shape[-1] <= SCALE_BYTES or (shape[-1] - SCALE_BYTES) % 16:
         raise ValueError(f"kv_cache's last dim must be head_dim + 4 with head_dim a multiple of 16, got {shape[-1]}")
     if not kv_cache.is_contiguous():
         raise ValueError("kv_cache must be contiguous: its blocks are addressed as flat bytes")
+    if kv_cache.device.type == "meta":
+        raise ValueError("kv_cache is on meta: it holds no bytes to read or write")
     return shape[0], shape[1], shape[-1] - SCALE_BYTES
 
 
@@ -70,20 +106,37 @@ def _flat_blocks(kv_cache: torch.Tensor) -> torch.Tensor:
     return kv_cache.view(num_blocks, -1)
 
 
+def _check_index_tensor(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be an int32/int64 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on meta: it holds no values")
+
+
 def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.Tensor, *, layout: str = "normal",
                   scale_fmt: str | None = None, fp8_dtype: torch.dtype = torch.float8_e4m3fn) -> None:
     """Quantise ``k [T, D]`` and scatter token i to slot ``slot_mapping[i]`` (-1 skips it), in place.
 
-    Every argument is checked before a byte is written."""
+    All or nothing: every argument is checked, and the whole write prepared, before one indexed store changes
+    the cache. ``k`` must be on the cache's device; ``slot_mapping`` may be on any device that holds values.
+    Keys must be finite: a NaN or Inf in a token that would be written raises ``ValueError`` naming the token
+    (vLLM's writer would store a NaN scale and garbage values; a workbook should say so instead). Tokens with
+    slot -1 are not looked at."""
     num_blocks, block_size, head_dim = cache_geometry(kv_cache)
+    if kv_cache.is_inference() and not torch.is_inference_mode_enabled():
+        # torch would raise this only after the indexed store has written its bytes.
+        raise ValueError("kv_cache was made under torch.inference_mode() and can only be written inside it: "
+                         "write inside torch.inference_mode(), or pass kv_cache.clone()")
     check_layout(layout)
     if layout == "shuffle":
         check_shuffle_geometry(block_size, head_dim)
     if not isinstance(k, torch.Tensor) or k.dim() != 2 or k.shape[1] != head_dim:
         raise ValueError(f"k must be [num_tokens, {head_dim}] to match the cache, got "
                          f"{list(getattr(k, 'shape', []))}")
-    if not isinstance(slot_mapping, torch.Tensor) or slot_mapping.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"slot_mapping must be an int32/int64 tensor, got {getattr(slot_mapping, 'dtype', None)}")
+    if k.device != kv_cache.device:
+        raise ValueError(f"k is on {k.device} but kv_cache is on {kv_cache.device}: pass k on {kv_cache.device}")
+    _check_keys(k)
+    _check_index_tensor(slot_mapping, "slot_mapping")
     if slot_mapping.shape != (k.shape[0],):
         raise ValueError(f"slot_mapping must be [{k.shape[0]}] (one slot per token), got {list(slot_mapping.shape)}")
     slots = slot_mapping.to(torch.int64).cpu()
@@ -95,17 +148,18 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
     keep = slots >= 0
     if torch.unique(slots[keep]).numel() != int(keep.sum()):
         raise ValueError("slot_mapping writes one slot twice")
-    values, scales = quantize_k(k, fp8_dtype=fp8_dtype, scale_fmt=scale_fmt)
-
     device = kv_cache.device
     keep = keep.to(device)
+    _check_finite(k, keep)
+    values, scales = quantize_k(k[keep], fp8_dtype=fp8_dtype, scale_fmt=scale_fmt)
+
+    # One store of each written token's 132 bytes: values at their layout's offsets, then its scale.
     slots = slots.to(device)[keep]
     block, token = slots // block_size, slots % block_size
-    flat = _flat_blocks(kv_cache)
     value_offsets = offset_map(block_size, head_dim, layout).to(device)[token]
-    flat[block.unsqueeze(1), value_offsets] = values[keep].view(torch.uint8)
     scale_offsets = block_size * head_dim + SCALE_BYTES * token.unsqueeze(1) + torch.arange(SCALE_BYTES, device=device)
-    flat[block.unsqueeze(1), scale_offsets] = scales[keep].contiguous().view(torch.uint8).view(-1, SCALE_BYTES)
+    record = torch.cat([values.view(torch.uint8), scales.unsqueeze(1).view(torch.uint8)], dim=1)
+    _flat_blocks(kv_cache)[block.unsqueeze(1), torch.cat([value_offsets, scale_offsets], dim=1)] = record
 
 
 def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "normal",
@@ -116,6 +170,7 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
     if layout == "shuffle":
         check_shuffle_geometry(block_size, head_dim)
     fp8_max(fp8_dtype)
+    _check_index_tensor(slots, "slots")
     slots = slots.to(torch.int64).to(kv_cache.device)
     if slots.numel() and (slots.min() < 0 or slots.max() >= num_blocks * block_size):
         raise ValueError(f"slots must be in [0, {num_blocks * block_size}), got range "
@@ -131,9 +186,26 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
 
 
 def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) -> torch.Tensor:
-    """int64 slots of positions ``0 .. num_tokens-1`` of one sequence: ``table[p // B] * B + p % B``."""
+    """int64 slots of positions ``0 .. num_tokens-1`` of one sequence: ``table[p // B] * B + p % B``.
+
+    The block ids those positions read must be non-negative; the table's tail past them may hold anything."""
+    block_size = positive_int(block_size, "block_size")
+    num_tokens = non_negative_int(num_tokens, "num_tokens")
+    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 1:
+        raise ValueError("block_table must be a 1-D tensor of kernel block ids")
+    if block_table.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"block_table must be int32/int64, got {block_table.dtype}")
+    _check_index_tensor(block_table, "block_table")
+    if num_tokens > block_table.numel() * block_size:
+        raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
+                         f"{block_table.numel()} blocks of {block_size}")
+    read = block_table[:-(-num_tokens // block_size)].to(torch.int64)
+    if (read < 0).any():
+        index = int((read < 0).nonzero()[0, 0])
+        raise ValueError(f"block_table holds block id {int(read[index])} at index {index}, which position "
+                         f"{index * block_size} reads: block ids are >= 0")
     positions = torch.arange(num_tokens, device=block_table.device)
-    return block_table.to(torch.int64)[positions // block_size] * block_size + positions % block_size
+    return read[positions // block_size] * block_size + positions % block_size
 
 
 def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, *, layout: str = "normal",
@@ -141,12 +213,5 @@ def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens
     """Positions ``0 .. num_tokens-1`` of one sequence, read through its block table ``[max_blocks]``:
     natural fp8 values ``[num_tokens, D]`` and fp32 scales ``[num_tokens]``."""
     _, block_size, _ = cache_geometry(kv_cache)
-    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 1:
-        raise ValueError("block_table must be a 1-D tensor of kernel block ids")
-    if block_table.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"block_table must be int32/int64, got {block_table.dtype}")
-    if not 0 <= num_tokens <= block_table.numel() * block_size:
-        raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
-                         f"{block_table.numel()} blocks of {block_size}")
     return read_slots(kv_cache, sequence_slots(block_table, num_tokens, block_size), layout=layout,
                       fp8_dtype=fp8_dtype)

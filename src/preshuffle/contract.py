@@ -5,6 +5,12 @@ Inputs (shared by DeepGEMM, AITER and vLLM): ``q`` fp8 ``[B, next_n, H, D]``; ``
 ``[B, next_n]``; ``block_tables`` int32 ``[B, max_blocks]``; ``max_model_len``, the output's row length.
 Row ``b*next_n + j`` may see position ``p`` when ``p <= context_lens[b] - next_n + j`` (1-D lengths) or
 ``p < context_lens[b, j]`` (2-D lengths).
+
+The value checks (``check_values=True``) refuse negative lengths, lengths past the block table or ``max_model_len``,
+and block ids outside ``[0, num_blocks)`` in the blocks a row reads. Without them, the Triton kernel and the
+PyTorch baseline still read nothing outside their tensors: where a row may see a position whose block id is out of
+range, or past its block-table row, the logit is NaN (:func:`unreadable_positions`); positions past a row's
+visible prefix stay -inf.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .arguments import positive_int
 from .cache import FP8_MAX, cache_geometry
 from .layout import check_layout, check_shuffle_geometry
 
@@ -42,6 +49,8 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     if q.dim() != 4:
         raise ValueError(f"q must be [batch, next_n, heads, head_dim], got {list(q.shape)}")
     batch, next_n, heads, head_dim = q.shape
+    if next_n == 0:
+        raise ValueError(f"q must have next_n >= 1, got {list(q.shape)}")
     num_blocks, block_size, cache_dim = cache_geometry(kv_cache)
     if cache_dim != head_dim:
         raise ValueError(f"kv_cache holds head_dim {cache_dim} but q has head_dim {head_dim}")
@@ -62,8 +71,7 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
         raise TypeError(f"block_tables must be an int32 tensor, got {getattr(block_tables, 'dtype', None)}")
     if block_tables.dim() != 2 or block_tables.shape[0] != batch:
         raise ValueError(f"block_tables must be [batch, max_blocks] with batch {batch}, got {list(block_tables.shape)}")
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len <= 0:
-        raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
+    max_model_len = positive_int(max_model_len, "max_model_len")
     devices = {t.device for t in (q, kv_cache, weights, context_lens, block_tables)}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
@@ -81,6 +89,20 @@ def kv_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
         return context_lens.to(torch.int64)
     j = torch.arange(next_n, device=context_lens.device)
     return (context_lens.to(torch.int64).unsqueeze(1) - next_n + j + 1).clamp(min=0)
+
+
+def unreadable_positions(context_lens: torch.Tensor, block_tables: torch.Tensor, num_blocks: int, block_size: int,
+                         next_n: int, max_model_len: int) -> torch.Tensor:
+    """bool ``[B * next_n, max_model_len]``: the positions a row may see whose key cannot be read, because their
+    block id is outside ``[0, num_blocks)`` or their block-table row has no entry that far. Inputs that pass the
+    value checks have none; unchecked calls (``check_values=False``) return NaN exactly there."""
+    lens = kv_lengths(context_lens, next_n)                                            # [B, next_n]
+    ids = block_tables.to(torch.int64)
+    no_entry = torch.ones(ids.shape[0], 1, dtype=torch.bool, device=ids.device)       # every column past the row
+    bad = torch.cat([(ids < 0) | (ids >= num_blocks), no_entry], dim=1)               # [B, max_blocks + 1]
+    positions = torch.arange(max_model_len, device=ids.device)
+    bad_at = bad[:, (positions // block_size).clamp(max=ids.shape[1])]                # [B, max_model_len]
+    return (bad_at.unsqueeze(1) & (positions < lens.unsqueeze(-1))).reshape(-1, max_model_len)
 
 
 def _check_values(p: CallDims, context_lens: torch.Tensor, block_tables: torch.Tensor) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import int_in_range, positive_int
+
 LAYOUTS = ("normal", "shuffle")
 TILE = 16  # tokens and dims per MFMA tile
 
@@ -32,31 +34,31 @@ def check_shuffle_geometry(block_size: int, head_dim: int) -> None:
         raise ValueError(f"head_dim must be a multiple of {TILE} for the shuffle layout, got {head_dim}")
 
 
-def _check_position(token: int, dim: int, block_size: int, head_dim: int) -> None:
-    for name, value in (("block_size", block_size), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if not 0 <= token < block_size:
-        raise ValueError(f"token must be in [0, {block_size}), got {token}")
-    if not 0 <= dim < head_dim:
-        raise ValueError(f"dim must be in [0, {head_dim}), got {dim}")
+def _block_dims(block_size, head_dim) -> tuple[int, int]:
+    return positive_int(block_size, "block_size"), positive_int(head_dim, "head_dim")
+
+
+def _check_position(token, dim, block_size, head_dim) -> tuple[int, int, int, int]:
+    block_size, head_dim = _block_dims(block_size, head_dim)
+    return int_in_range(token, "token", 0, block_size), int_in_range(dim, "dim", 0, head_dim), block_size, head_dim
 
 
 def normal_offset(token: int, dim: int, block_size: int, head_dim: int = 128) -> int:
     """Byte offset of value (token, dim) inside a NORMAL block."""
-    _check_position(token, dim, block_size, head_dim)
+    token, dim, block_size, head_dim = _check_position(token, dim, block_size, head_dim)
     return token * head_dim + dim
 
 
 def shuffle_offset(token: int, dim: int, block_size: int, head_dim: int = 128) -> int:
     """Byte offset of value (token, dim) inside a SHUFFLE block."""
-    _check_position(token, dim, block_size, head_dim)
+    token, dim, block_size, head_dim = _check_position(token, dim, block_size, head_dim)
     check_shuffle_geometry(block_size, head_dim)
     return (token // TILE) * TILE * head_dim + (dim // TILE) * TILE * TILE + (token % TILE) * TILE + dim % TILE
 
 
 def offset_map(block_size: int, head_dim: int = 128, layout: str = "normal") -> torch.Tensor:
     """int64 ``[block_size, head_dim]``: the byte offset of every value of a block in ``layout``."""
+    block_size, head_dim = _block_dims(block_size, head_dim)
     check_layout(layout)
     t = torch.arange(block_size).unsqueeze(1)
     d = torch.arange(head_dim).unsqueeze(0)
@@ -83,6 +85,9 @@ def preshuffle(values: torch.Tensor) -> torch.Tensor:
 
 def unshuffle(flat: torch.Tensor, block_size: int, head_dim: int = 128) -> torch.Tensor:
     """Inverse of :func:`preshuffle`: flat SHUFFLE bytes ``[..., B*D]`` -> natural ``[..., B, D]``."""
+    if not isinstance(flat, torch.Tensor):
+        raise TypeError(f"flat must be a tensor [..., block_size*head_dim], got {type(flat).__name__}")
+    block_size, head_dim = _block_dims(block_size, head_dim)
     if flat.shape[-1] != block_size * head_dim:
         raise ValueError(f"flat must end in block_size*head_dim = {block_size * head_dim}, got {flat.shape[-1]}")
     offsets = offset_map(block_size, head_dim, "shuffle").to(flat.device)

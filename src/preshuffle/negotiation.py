@@ -8,17 +8,22 @@ indexer and sparse MLA backends from ``[1, 64]`` to ``[1, MultipleOf(16)]``, so 
 negotiates 16 (preshuffled AITER kernel) instead of 1 (per-token paging).
 
 Differences from vLLM, all on inputs vLLM does not validate: block sizes must be positive ints
-(``TypeError``/``ValueError`` instead of a silent answer for 0 or a float), and :class:`MultipleOf` has a
-readable repr and structural equality (vLLM's compares by identity).
+(``TypeError``/``ValueError`` instead of a silent answer for 0 or a float); backends must be classes with
+``get_supported_kernel_block_sizes()``, and their int and ``MultipleOf`` entries positive (vLLM returns -16 for a
+declared ``[-16]`` and divides by zero on ``[0]``), with errors that name the backend; and :class:`MultipleOf` has
+a readable repr and structural equality (vLLM's compares by identity). Entries of any other type raise vLLM's
+"Unknown supported size" when the search reaches them, as in vLLM, with the backend's name added.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
+
+from .arguments import positive_int
 
 PLATFORMS = ("cuda", "rocm")
 
@@ -30,7 +35,7 @@ class MultipleOf:
     """A kernel block size declaration meaning "any multiple of ``base``"."""
 
     def __init__(self, base: int):
-        self.base = _positive_int(base, "base")
+        self.base = positive_int(base, "base")
 
     def __repr__(self) -> str:
         return f"MultipleOf({self.base})"
@@ -40,14 +45,6 @@ class MultipleOf:
 
     def __hash__(self) -> int:
         return hash(("MultipleOf", self.base))
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a positive int, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-    return int(value)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -178,9 +175,27 @@ def sparse_mla_group(*, before_pr: bool = False) -> list[type]:
 # The algorithm.
 
 
-def block_size_is_supported(backend: type, block_size: int) -> bool:
-    """True when some entry of the backend's declaration matches ``block_size`` (first match wins)."""
-    for entry in backend.get_supported_kernel_block_sizes():
+def _declaration(backend) -> list:
+    """The backend's declared kernel block sizes, its int and MultipleOf entries checked (entries of other types
+    are left for :func:`_accepts` to refuse when reached, as vLLM does)."""
+    if not isinstance(backend, type) or not callable(getattr(backend, "get_supported_kernel_block_sizes", None)):
+        raise TypeError(f"a backend must be a class with get_supported_kernel_block_sizes(), got {backend!r}")
+    entries = backend.get_supported_kernel_block_sizes()
+    if not isinstance(entries, (list, tuple)):
+        raise TypeError(f"{backend.__name__}.get_supported_kernel_block_sizes() must return a list, "
+                        f"got {type(entries).__name__}")
+    for entry in entries:
+        if not isinstance(entry, (int, MultipleOf)):
+            continue
+        size = entry.base if isinstance(entry, MultipleOf) else entry
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError(f"{backend.__name__} declares {entry!r}: entries must be positive ints or "
+                             f"MultipleOf(a positive int)")
+    return list(entries)
+
+
+def _accepts(name: str, entries: list, block_size: int) -> bool:
+    for entry in entries:
         if isinstance(entry, int):
             if block_size == entry:
                 return True
@@ -188,8 +203,14 @@ def block_size_is_supported(backend: type, block_size: int) -> bool:
             if block_size % entry.base == 0:
                 return True
         else:
-            raise ValueError(f"Unknown supported size: {entry}")
+            raise ValueError(f"Unknown supported size: {entry} (declared by {name})")
     return False
+
+
+def block_size_is_supported(backend: type, block_size: int) -> bool:
+    """True when some entry of the backend's declaration matches ``block_size`` (first match wins)."""
+    entries = _declaration(backend)
+    return _accepts(backend.__name__, entries, positive_int(block_size, "block_size"))
 
 
 def select_common_block_size(kv_manager_block_size: int, backends: Sequence[type]) -> int:
@@ -201,14 +222,17 @@ def select_common_block_size(kv_manager_block_size: int, backends: Sequence[type
     common divisor below M is accepted by that backend as an exact int entry, and trying the int entries
     largest first finds the largest common divisor of M.
     """
-    kv_manager_block_size = _positive_int(kv_manager_block_size, "kv_manager_block_size")
+    kv_manager_block_size = positive_int(kv_manager_block_size, "kv_manager_block_size")
+    if isinstance(backends, (type, str)) or not isinstance(backends, Iterable):
+        raise TypeError(f"backends must be a list of backend classes, got {backends!r}")
+    declared = [(_declaration(backend), backend.__name__) for backend in backends]
 
     def common(size: int) -> bool:
-        return all(block_size_is_supported(backend, size) for backend in backends)
+        return all(_accepts(name, entries, size) for entries, name in declared)
 
     if common(kv_manager_block_size):
         return kv_manager_block_size
-    int_sizes = {e for backend in backends for e in backend.get_supported_kernel_block_sizes() if isinstance(e, int)}
+    int_sizes = {e for entries, _ in declared for e in entries if isinstance(e, int)}
     for size in sorted(int_sizes, reverse=True):
         if kv_manager_block_size % size == 0 and common(size):
             return size
@@ -216,8 +240,8 @@ def select_common_block_size(kv_manager_block_size: int, backends: Sequence[type
 
 
 def kernel_blocks_per_manager_block(kv_manager_block_size: int, kernel_block_size: int) -> int:
-    kv_manager_block_size = _positive_int(kv_manager_block_size, "kv_manager_block_size")
-    kernel_block_size = _positive_int(kernel_block_size, "kernel_block_size")
+    kv_manager_block_size = positive_int(kv_manager_block_size, "kv_manager_block_size")
+    kernel_block_size = positive_int(kernel_block_size, "kernel_block_size")
     if kv_manager_block_size % kernel_block_size:
         raise ValueError(
             f"kernel_block_size {kernel_block_size} must divide kv_manager_block_size size "
@@ -226,23 +250,30 @@ def kernel_blocks_per_manager_block(kv_manager_block_size: int, kernel_block_siz
     return kv_manager_block_size // kernel_block_size
 
 
+def _integers(values, name: str) -> np.ndarray:
+    """``values`` as an int64 array, refusing floats and bools (which numpy would truncate or count as 0/1)."""
+    values = np.asarray(values)
+    if values.size and not np.issubdtype(values.dtype, np.integer):
+        raise TypeError(f"{name} must be integers, got dtype {values.dtype}")
+    return values.astype(np.int64)
+
+
 def map_to_kernel_blocks(ids, blocks_per_kv_block: int) -> np.ndarray:
     """Manager block ids -> kernel block ids: id m becomes m*r, ..., m*r + r-1, flattened in order."""
-    r = _positive_int(blocks_per_kv_block, "blocks_per_kv_block")
-    ids = np.asarray(ids)
-    if ids.size and not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"ids must be integers, got dtype {ids.dtype}")
-    ids = ids.astype(np.int64).reshape(-1)
+    r = positive_int(blocks_per_kv_block, "blocks_per_kv_block")
+    ids = _integers(ids, "ids").reshape(-1)
     if (ids < 0).any():
         raise ValueError(f"ids must be non-negative block ids, got {ids[ids < 0][:4].tolist()}")
+    if ids.size and int(ids.max()) > (np.iinfo(np.int64).max - (r - 1)) // r:
+        raise ValueError(f"ids up to {int(ids.max())} times blocks_per_kv_block {r} overflow int64")
     return (ids[:, None] * r + np.arange(r)).reshape(-1)
 
 
 def slot_mapping(block_table, positions, block_size: int) -> np.ndarray:
     """Physical slot of each token position: ``table[p // block_size] * block_size + p % block_size``."""
-    block_size = _positive_int(block_size, "block_size")
-    table = np.asarray(block_table, dtype=np.int64).reshape(-1)
-    positions = np.asarray(positions, dtype=np.int64)
+    block_size = positive_int(block_size, "block_size")
+    table = _integers(block_table, "block_table").reshape(-1)
+    positions = _integers(positions, "positions")
     if (positions < 0).any():
         raise ValueError("positions must be non-negative")
     if positions.size and positions.max() >= table.size * block_size:
@@ -250,7 +281,13 @@ def slot_mapping(block_table, positions, block_size: int) -> np.ndarray:
             f"position {int(positions.max())} is beyond the block table "
             f"({table.size} blocks of {block_size} tokens)"
         )
-    return table[positions // block_size] * block_size + positions % block_size
+    index = positions // block_size
+    ids = table[index]
+    if (ids < 0).any():
+        first = np.flatnonzero(ids < 0)[0]
+        raise ValueError(f"block_table holds block id {int(ids.flat[first])} at index {int(index.flat[first])}, "
+                         f"which position {int(positions.flat[first])} reads: block ids are >= 0")
+    return ids * block_size + positions % block_size
 
 
 # --------------------------------------------------------------------------------------------------
@@ -273,7 +310,7 @@ def indexer_kernel(kernel_block_size: int, platform: str | None = None) -> Index
     writer shuffles exactly then); AITER asserts ``KVBlockSize % 16 == 0`` when preshuffling and that
     ``ChunkK = 256`` and ``KVBlockSize`` divide one another. CUDA: DeepGEMM, natural layout, block 64.
     """
-    size = _positive_int(kernel_block_size, "kernel_block_size")
+    size = positive_int(kernel_block_size, "kernel_block_size")
     platform = platform or current_platform.name
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {PLATFORMS}, got {platform!r}")
@@ -318,7 +355,9 @@ class Negotiation:
 
 def negotiate(manager_block_size: int, platform: str = "rocm", *, before_pr: bool = False) -> Negotiation:
     """Run the DeepSeek-V3.2 sparse-MLA group's negotiation and the indexer dispatch for one block size."""
-    manager_block_size = _positive_int(manager_block_size, "manager_block_size")
+    manager_block_size = positive_int(manager_block_size, "manager_block_size")
+    if not isinstance(before_pr, (bool, np.bool_)):
+        raise TypeError(f"before_pr must be a bool, got {type(before_pr).__name__} {before_pr!r}")
     with use_platform(platform):
         group = sparse_mla_group(before_pr=before_pr)
         declarations = {b.__name__: b.get_supported_kernel_block_sizes() for b in group}
@@ -335,6 +374,9 @@ DEFAULT_SWEEP = (1, 8, *range(16, 1025, 16))
 
 def sweep(manager_block_sizes: Sequence[int] = DEFAULT_SWEEP, platform: str = "rocm") -> list[dict]:
     """Before and after PR #51216, for each manager block size: negotiated size, kernel, and acceptance."""
+    if isinstance(manager_block_sizes, str) or not isinstance(manager_block_sizes, Iterable):
+        raise TypeError(f"manager_block_sizes must be a sequence of ints, got {type(manager_block_sizes).__name__} "
+                        f"{manager_block_sizes!r}")
     rows = []
     for m in manager_block_sizes:
         before, after = (negotiate(m, platform, before_pr=flag) for flag in (True, False))

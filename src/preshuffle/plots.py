@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import io
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 
 from .cache import FP8_MAX, SCALE_FLOOR, quantize_k
-from .layout import offset_map
-from .negotiation import sweep
+from .layout import TILE, offset_map
+from .negotiation import block_size_is_supported, map_to_kernel_blocks, sweep
 
 WIDE = (10, 3.8)
 SQUARE_PAIR = (10, 4.6)
+EXPLORER = (10, 6.4)
+DPI = 100  # explorers render their images at this dpi, so a test can redraw one byte for byte
+CACHE_LINE = 128  # bytes
 
 
 def negotiation_plot(manager_block_sizes=(1, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 192, 256, 320, 512),
@@ -122,7 +130,7 @@ def line_map_plot(block_size: int = 16, head_dim: int = 128):
 def valid_region_plot(logits: torch.Tensor, next_n: int, title: str = "visible (finite) logits"):
     """The -inf pattern of a logits tensor: rows b*next_n + j against key positions."""
     fig, ax = plt.subplots(figsize=WIDE)
-    ax.imshow(torch.isfinite(logits).numpy(), aspect="auto", cmap="Greys", interpolation="nearest")
+    ax.imshow(torch.isfinite(logits).cpu().numpy(), aspect="auto", cmap="Greys", interpolation="nearest")
     for r in range(next_n, logits.shape[0], next_n):
         ax.axhline(r - 0.5, color="red", linewidth=0.8)
     ax.set_xlabel("key position p")
@@ -221,9 +229,217 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
     return fig
 
 
+def png_bytes(fig, dpi: int = DPI) -> bytes:
+    """The figure as PNG bytes, reproducibly: fixed dpi and no software tag, so two processes agree byte for byte."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------------------------------
+# The explorers' figures: each draws one state of its widget. They are plain Figures, not pyplot's: a widget
+# message handled on another kernel thread runs the inline backend's flush, which would draw and close every
+# figure pyplot holds, a half-built one included. Display one with display(fig), or as a cell's value.
+
+KERNEL_VARIANTS = ("per-token (kernel block 1)", "natural blocks", "preshuffled 16x16 tiles")
+OK_COLOR, BAD_COLOR, IDLE_COLOR = "#9fd89f", "#f4a6a6", "#e8e8e8"
+
+
+def matched_entry(entries: list, block_size: int) -> int | None:
+    """Index of the first declaration entry that accepts ``block_size``, by the negotiation's own rule."""
+    for i, entry in enumerate(entries):
+        one_entry = type("OneEntry", (), {"get_supported_kernel_block_sizes": staticmethod(lambda e=entry: [e])})
+        if block_size_is_supported(one_entry, block_size):
+            return i
+    return None
+
+
+def _variant_index(kernel) -> int:
+    if kernel.kv_block_size == 1:
+        return 0
+    return 2 if kernel.preshuffled else 1
+
+
+def _boxes(ax, labels: list[str], x0: float, width: float, y: float, faces: list[str], gids: list) -> None:
+    for i, (label, face, gid) in enumerate(zip(labels, faces, gids)):
+        x = x0 + i * (width + 0.2)
+        ax.add_patch(Rectangle((x, y - 0.35), width, 0.7, facecolor=face, gid=gid,
+                               edgecolor="black" if gid else "grey", linewidth=2 if gid else 0.8))
+        ax.text(x + width / 2, y, label, ha="center", va="center", fontsize=9, gid=gid and f"{gid}-label")
+
+
+def _blank(ax, xmax: float, ymax: float) -> None:
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(0, ymax)
+    ax.axis("off")
+
+
+def negotiation_decision_plot(negotiation, costs: dict, manager_id: int = 5):
+    """One ``--block-size`` decision, top to bottom: manager block ``manager_id`` cut into kernel blocks (their
+    ids), each backend's declaration with the entry that accepted the kernel size in green, the kernel variant
+    that runs (green: the kernel accepts it, red: it asserts), and what it costs (``report.kernel_costs``)."""
+    n, m = negotiation, manager_id
+    size, k = n.manager_block_size, n.kernel_block_size
+    when = "before" if n.before_pr else "after"
+    fig = Figure(figsize=EXPLORER, layout="constrained")
+    split, decl, variant, cost = fig.subplots(4, 1, height_ratios=[1, 1.2, 1.1, 1.5])
+    verdict = f"kernel block size {k}" if k else "negotiation fails"
+    fig.suptitle(f"--block-size {size} on {n.platform}, {when} PR #51216:  {verdict}", fontsize=13, weight="bold")
+
+    split.set_xlim(0, size)
+    split.set_ylim(0, 1)
+    split.set_yticks([])
+    split.set_xticks([0, size])
+    split.set_xlabel("token of the manager block", labelpad=-8)
+    if k is None:
+        split.add_patch(Rectangle((0, 0), size, 1, facecolor=BAD_COLOR, hatch="//", gid="manager-block"))
+        split.text(size / 2, 0.5, n.error.strip(), ha="center", va="center", bbox={"facecolor": "white"})
+        split.set_title(f"manager block {m} ({size} tokens): no kernel block size divides it for every backend",
+                        fontsize=10)
+    else:
+        r = size // k
+        ids = map_to_kernel_blocks([m], r)
+        for i, kid in enumerate(ids):
+            split.add_patch(Rectangle((i * k, 0), k, 1, facecolor=("#cfe2f3", "#9fc5e8")[i % 2], edgecolor="black",
+                                      linewidth=0.5 if r > 16 else 1, gid="kernel-block"))
+            if r <= 16:
+                split.text((i + 0.5) * k, 0.5, str(kid), ha="center", va="center", fontsize=9, gid="kernel-block-id")
+            elif i in (0, r - 1):  # too narrow to hold their ids: the ends carry them, inside the manager block
+                split.text(i * k + (0.2 if i == 0 else 0.8) * k, 0.5, str(kid), ha="left" if i == 0 else "right",
+                           va="center", fontsize=9, gid="kernel-block-id", bbox={"facecolor": "white", "pad": 1})
+        if r > 16:
+            split.text(size / 2, 0.5, f"... {r} kernel blocks ...", ha="center", va="center",
+                       bbox={"facecolor": "white", "edgecolor": "none"})
+        ids_text = f"id {ids[0]}" if r == 1 else f"ids {ids[0]}..{ids[-1]}"
+        split.set_title(f"manager block {m} ({size} tokens) = {r} kernel block{'s' * (r > 1)} of {k} "
+                        f"token{'s' * (k > 1)}: {ids_text}", fontsize=10)
+
+    rows = list(n.declarations.items())
+    _blank(decl, 12, len(rows))
+    decl.set_title("what each backend declares (green: the entry that accepts the kernel block size)", fontsize=10)
+    for i, (name, entries) in enumerate(rows):
+        y = len(rows) - i - 0.5
+        hit = matched_entry(entries, k) if k else None
+        decl.text(0, y, name, va="center", fontsize=9)
+        _boxes(decl, [repr(e) for e in entries], 5.6, 1.9, y,
+               [OK_COLOR if j == hit else "white" for j in range(len(entries))],
+               ["matched-entry" if j == hit else None for j in range(len(entries))])
+
+    _blank(variant, 12, 1)
+    running = _variant_index(n.kernel) if n.kernel else None
+    face = OK_COLOR if n.kernel and n.kernel.accepted else BAD_COLOR
+    _boxes(variant, list(KERNEL_VARIANTS), 0.1, 3.8, 0.5, [face if j == running else "white" for j in range(3)],
+           ["kernel-variant" if j == running else None for j in range(3)])
+    if n.kernel:
+        verb = "accepts" if n.kernel.accepted else "REJECTS"
+        variant.set_title(f"the kernel that runs: {n.kernel.name}\n{verb} KVBlockSize={n.kernel.kv_block_size}: "
+                          f"{n.kernel.reason}", fontsize=10)
+    else:
+        variant.set_title("the kernel that runs: none (no kernel block size)", fontsize=10)
+
+    bars = costs["bars"]
+    y = np.arange(len(bars))[::-1]
+    widths = [b["us"] or 0.0 for b in bars]
+    faces = [face if b["negotiated"] else IDLE_COLOR for b in bars]
+    for patch, b in zip(cost.barh(y, widths, color=faces, edgecolor="black"), bars):
+        patch.set_gid(f"cost-{b['kernel_block_size']}")
+    top = max(widths, default=0) or 1.0
+    for yi, b in zip(y, bars):
+        if b["us"] is not None:
+            note = f"{b['us']:.2f} us"
+        elif b["negotiated"] and n.kernel and not n.kernel.accepted:
+            note = "the kernel asserts: nothing runs"
+        else:
+            note = "not measured"
+        cost.text((b["us"] or 0) + 0.01 * top, yi, note, va="center", fontsize=9)
+    cost.set_yticks(y, [f"kernel block {b['kernel_block_size']}{' (negotiated)' * b['negotiated']}" for b in bars],
+                    fontsize=9)
+    cost.set_xlim(0, 1.3 * top)
+    cost.set_xlabel("microseconds per indexer call")
+    cost.set_title(f"what it costs: {costs['source']}", fontsize=10)
+    return fig
+
+
+def _line_segments(first: int, length: int):
+    """(byte in line, line, width) of each 128-byte line's share of the byte run [first, first + length)."""
+    end = first + length
+    while first < end:
+        stop = min(end, (first // CACHE_LINE + 1) * CACHE_LINE)
+        yield first % CACHE_LINE, first // CACHE_LINE, stop - first
+        first = stop
+
+
+def lane_bytes_plot(report: dict):
+    """The value bytes of one block as rows of 128-byte lines, NORMAL beside SHUFFLE, for a ``widgets.lane_vector``
+    report: the 256 bytes that 16 lanes load in orange, the value's own lane (16 bytes) in red, the value an x.
+    Background shades alternate by token. Blocks above 32 lines show the 32 lines around the 16 tokens."""
+    block_size, head_dim = report["block_size"], report["head_dim"]
+    lines = block_size * head_dim // CACHE_LINE
+    first_token = report["token"] - report["token"] % TILE
+    line0 = first_token * head_dim // CACHE_LINE
+    low = 0 if lines <= 32 else min(line0 - line0 % 32, lines - 32)
+    high = min(lines, low + 32)
+    fig = Figure(figsize=SQUARE_PAIR, layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    fig.suptitle(f"value (token {report['token']}, dim {report['dim']}) of a {block_size}-token block: the bytes "
+                 f"16 lanes load (tokens {first_token}..{first_token + TILE - 1}, dims {report['lane_dims'][0]}.."
+                 f"{report['lane_dims'][1]})", fontsize=11)
+    for ax, name in zip(axes, ("normal", "shuffle")):
+        where = report[name]
+        token_of_byte = torch.empty(block_size * head_dim, dtype=torch.long)
+        token_of_byte[offset_map(block_size, head_dim, name).reshape(-1)] = torch.arange(block_size).repeat_interleave(head_dim)
+        ax.imshow((token_of_byte.reshape(lines, CACHE_LINE) % 2).numpy(), cmap="Greys", vmin=0, vmax=4,
+                  extent=(0, CACHE_LINE, lines, 0), aspect="auto", interpolation="nearest")
+        for gid, color, runs in (("lanes", "orange", where["group_runs"]),
+                                 ("lane", "red", [(where["vector"][0], TILE)])):
+            for first, length in runs:
+                for x, y, width in _line_segments(first, length):
+                    ax.add_patch(Rectangle((x, y), width, 1, facecolor=color, edgecolor="none", gid=gid))
+        value = where["offset"]
+        ax.plot(value % CACHE_LINE + 0.5, value // CACHE_LINE + 0.5, "kx", markersize=7, markeredgewidth=2, gid="value")
+        ax.hlines(range(low, high + 1), 0, CACHE_LINE, colors="royalblue", linewidth=0.8)
+        ax.set_ylim(high, low)
+        ax.set_xticks(range(0, CACHE_LINE + 1, TILE))
+        ax.set_xlabel("byte within its 128-byte line (blue lines: line boundaries)")
+        runs = len(where["group_runs"])
+        ax.set_title(f"{name.upper()}: 16 lanes = {runs} contiguous run{'s' * (runs > 1)}, "
+                     f"{where['group_lines']} lines of 128 bytes", fontsize=10)
+    axes[0].set_ylabel(f"128-byte line of the block ({lines} lines)")
+    fig.legend(handles=[Patch(color="orange", label="the 16 lanes' 256 bytes"),
+                        Patch(color="red", label="the value's lane: 16 bytes"),
+                        Line2D([], [], color="black", marker="x", linestyle="none", label="the value")],
+               loc="outside lower center", ncols=3, fontsize=9)
+    return fig
+
+
+def workload_plot(nearest, asked, bars: list[dict]):
+    """Time and share of the copy ceiling of each bar of ``report.workload_bars`` (the chosen variant dark,
+    DeepGEMM orange), titled with the measured shape the bars come from."""
+    y = np.arange(len(bars))[::-1]
+    colors = ["C0" if b["chosen"] else "C1" if b["label"].startswith("DeepGEMM") else "#c6d4e6" for b in bars]
+    fig = Figure(figsize=WIDE, layout="constrained")
+    time_ax, share_ax = fig.subplots(1, 2, sharey=True)
+    shown = f"nearest measured shape: {nearest.label}"
+    fig.suptitle(shown if asked == nearest else f"{shown} (asked for {asked.label})", fontsize=11)
+    for ax, key, unit, xlabel in ((time_ax, "us", " us", "microseconds per call (median)"),
+                                  (share_ax, "pct_copy", "%", "% of the HBM copy ceiling (line: 100%)")):
+        values = [b[key] for b in bars]
+        ax.barh(y, [v or 0.0 for v in values], color=colors, edgecolor="black", linewidth=0.5)
+        top = 100.0 if key == "pct_copy" else max((v for v in values if v), default=1.0)
+        for yi, v in zip(y, values):
+            ax.text((v or 0) + 0.01 * top, yi, f"{v:.1f}{unit}" if v else "not measured", va="center", fontsize=8)
+        ax.set_xlim(0, 1.25 * top)
+        ax.set_xlabel(xlabel)
+    share_ax.axvline(100, color="black", linewidth=1)
+    time_ax.set_yticks(y, [b["label"] for b in bars], fontsize=8)
+    for label, b in zip(time_ax.get_yticklabels(), bars):
+        label.set_fontweight("bold" if b["chosen"] else "normal")
+    return fig
+
+
 def portable_ladder_plot(ladder):
-    """Share of the copy ceiling after each version the kernel kept (a :class:`preshuffle.portable_ladder.Ladder`), one bar
-    per recorded shape; no bar where the notes recorded no share."""
+    """Share of the copy ceiling after each version the portable kernel kept (a
+    :class:`preshuffle.portable_ladder.Ladder`), one bar per recorded shape; no bar where the notes recorded none."""
     rungs = [r for r in ladder.rungs if not r.dropped]
     groups = [f"version {r.version}\n" + "\n".join(r.ideas.values()) for r in rungs]
     shares = {s.label: [f.pct_copy if (f := r.figure(s)) and f.pct_copy is not None else np.nan for r in rungs]

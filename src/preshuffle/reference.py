@@ -18,7 +18,7 @@ import torch
 
 from .cache import gather_k_cache, read_slots
 from .layout import offset_map
-from .contract import check_inputs, kv_lengths
+from .contract import check_inputs, kv_lengths, unreadable_positions
 
 
 def _reference(q, kv_cache, weight_sets, context_lens, block_tables, max_model_len, layout, dtype):
@@ -47,6 +47,8 @@ def fp8_paged_mqa_logits_ref(q, kv_cache, weights, context_lens, block_tables, m
     """The spec's semantics in plain PyTorch, one sequence at a time, computed in ``dtype``.
 
     Returns fp32 ``[B * next_n, max_model_len]`` when ``dtype`` is float32, else ``dtype``."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     return _reference(q, kv_cache, [weights], context_lens, block_tables, max_model_len, layout, dtype)[0]
 
 
@@ -74,7 +76,9 @@ def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables,
 def fp8_paged_mqa_logits_torch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
     """The vectorised PyTorch baseline of the performance spec, in fp32 on the inputs' device: gather every
     sequence's whole pages, dequantise, batched matmul, relu, weighted sum. Memory grows as
-    ``B * max_len * (D + H)``."""
+    ``B * max_len * (D + H)``. Like the kernel with ``check_values=False`` it reads no lengths or block ids on the
+    host, and gives NaN where a row may see a position whose key cannot be read
+    (:func:`preshuffle.contract.unreadable_positions`)."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, check_values=False)
     lens = kv_lengths(context_lens, p.next_n)                                          # [B, next_n]
     n = min(p.max_blocks * p.block_size, max_model_len)
@@ -93,7 +97,8 @@ def fp8_paged_mqa_logits_torch(q, kv_cache, weights, context_lens, block_tables,
     row = torch.where(positions < lens.unsqueeze(-1), row, -math.inf)
     out = torch.full((p.batch * p.next_n, max_model_len), -math.inf, dtype=torch.float32, device=q.device)
     out[:, :n] = row.reshape(p.batch * p.next_n, n)
-    return out
+    return out.masked_fill_(unreadable_positions(context_lens, block_tables, p.num_blocks, p.block_size, p.next_n,
+                                                 max_model_len), math.nan)
 
 
 def logits_magnitude(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):

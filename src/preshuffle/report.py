@@ -4,9 +4,10 @@ rows included (measured in the same run). Torch-free: it needs the file and the 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from .shapes import Shape
+from .shapes import VARIANTS, Shape
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 BASE = "block64-normal"  # DeepGEMM's cache: where every implementation meets
@@ -182,3 +183,78 @@ def targets(record: dict) -> list[dict]:
 
 def format_targets(checks: list[dict]) -> str:
     return "\n".join(f"{'met ' if c['met'] else 'MISS'}  {c['target']}: {c['value']:.2f}" for c in checks)
+
+
+# The explorers' readers.
+
+# vLLM PR #51216's two figures for AITER's paged-MQA kernel, 4x MI355X (us): per-token paging vs preshuffled blocks.
+PR_51216_MI355X_US = {1: 28.53, 16: 7.84}
+# The shape whose H200 times stand for "what a kernel block size costs" on CUDA.
+COST_SHAPE = Shape(64, 1, 8192)
+PRECISIONS = ("exact", "fp8")
+
+
+def variant_time(record: dict, shape: Shape, block_size: int, layout: str = "normal", precision: str = "fp8"):
+    """Median microseconds of our kernel (what the entry point runs) at ``shape`` on this cache and precision,
+    under the launch rule; None when the run did not measure that combination."""
+    name = {v: k for k, v in VARIANTS.items()}.get((block_size, layout))
+    row = _ours(record, shape, precision, name) if name else None
+    return row["us"] if row else None
+
+
+def kernel_costs(negotiation, record: dict) -> dict:
+    """What the negotiated indexer kernel costs, beside the kernel block sizes measured on its platform.
+
+    Returns ``{"source": str, "bars": [{"kernel_block_size": int, "us": float | None, "negotiated": bool}]}``,
+    bars sorted by block size, ``us`` None where nobody measured that size. ROCm: the PR's two figures (AITER,
+    4x MI355X). CUDA: our kernels' H200 times at :data:`COST_SHAPE`, natural layout, fp8 path."""
+    if negotiation.platform == "rocm":
+        measured = dict(PR_51216_MI355X_US)
+        source = "AITER on 4x MI355X, measured in vLLM PR #51216"
+    else:
+        measured = {k: variant_time(record, COST_SHAPE, k) for k in (1, 16, 64)}
+        source = f"our kernels on the H200 at {COST_SHAPE.label}, natural layout, fp8 (results/h200.json)"
+    chosen = negotiation.kernel_block_size
+    sizes = sorted(set(measured) | ({chosen} if chosen else set()))
+    return {"source": source,
+            "bars": [{"kernel_block_size": k, "us": measured.get(k), "negotiated": k == chosen} for k in sizes]}
+
+
+def nearest_shape(record: dict, batch: int, avg_ctx: int, next_n: int) -> Shape:
+    """The measured shape closest to the asked one: same next_n where one exists, then the smallest distance
+    in (log2 batch, log2 context); ties go to the shape measured first."""
+    for name, value in (("batch", batch), ("avg_ctx", avg_ctx), ("next_n", next_n)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    measured = shapes(record)
+    if not measured:
+        raise ValueError("record has no measured rows")
+
+    def distance(s: Shape) -> tuple:
+        return (abs(s.next_n - next_n), math.hypot(math.log2(s.batch / batch), math.log2(s.avg_ctx / avg_ctx)))
+
+    return min(measured, key=distance)
+
+
+def workload_bars(record: dict, batch: int, avg_ctx: int, next_n: int, block_size: int, layout: str,
+                  precision: str) -> tuple[Shape, list[dict]]:
+    """The bars of the workload explorer: ``(nearest measured shape, bars)``.
+
+    One bar per cache of ours at ``precision`` ("exact" or "fp8"), then DeepGEMM measured in the same run (on the
+    flattened rows where next_n = 3). Each bar is ``{"label": str, "us": float | None, "pct_copy": float | None,
+    "chosen": bool}``: ``us`` None where that combination was not measured; ``chosen`` marks the asked cache."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if (block_size, layout) not in VARIANTS.values():
+        raise ValueError(f"(block_size, layout) must be one of {sorted(VARIANTS.values())}, got {(block_size, layout)}")
+    shape = nearest_shape(record, batch, avg_ctx, next_n)
+    bars = []
+    for name, variant in VARIANTS.items():
+        row = _ours(record, shape, precision, name) or {}
+        bars.append({"label": f"ours {name} ({precision})", "us": row.get("us"), "pct_copy": row.get("pct_copy"),
+                     "chosen": variant == (block_size, layout)})
+    dg = find(record, shape, kernel="deepgemm", variant=BASE) or find(record, shape, kernel="deepgemm-flattened",
+                                                                       variant=BASE) or {}
+    label = "DeepGEMM (same run" + (", flattened rows)" if dg.get("kernel") == "deepgemm-flattened" else ")")
+    bars.append({"label": label, "us": dg.get("us"), "pct_copy": dg.get("pct_copy"), "chosen": False})
+    return shape, bars

@@ -1,5 +1,5 @@
-"""The benchmark's problem shapes: the performance spec's eight anchor shapes (torch-free, so a results file can be
-read without the harness)."""
+"""The benchmark's axes: the performance spec's eight anchor shapes and the five caches it compares (torch-free, so
+a results file can be read without the harness)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,12 @@ ANCHOR_SHAPES = (
     Shape(1, 1, 131072),
     Shape(256, 2, 65536),
 )
+
+# The five caches the workbook compares: name -> (kernel block size, layout).
+VARIANTS = {
+    "block1": (1, "normal"),
+    "block16-normal": (16, "normal"),
+    "block16-shuffle": (16, "shuffle"),
+    "block64-normal": (64, "normal"),
+    "block64-shuffle": (64, "shuffle"),
+}

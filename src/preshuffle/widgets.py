@@ -1,34 +1,75 @@
-"""The workbook's sliders. Each explorer is an ``ipywidgets.interactive`` whose callback prints a report and
-returns a value, so a test (or a reader) can set a control's ``.value`` and read ``.result``: no browser needed."""
+"""The workbook's explorers. Each is an ``ipywidgets.interactive`` whose callback draws a figure of
+:mod:`preshuffle.plots` (shown as the PNG bytes ``plots.png_bytes`` renders, so a test can redraw it byte for
+byte), prints its text report below and returns a value, so a test (or a reader) can set a control's ``.value``
+and read ``.result``: no browser needed."""
 
 from __future__ import annotations
 
-import ipywidgets as widgets
+import threading
 
+import ipywidgets as widgets
+from IPython.display import Image, display
+
+from . import benchmark, device, plots, report
+from .kernels import fp8_paged_mqa_logits
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
+from .plots import CACHE_LINE
+from .reference import reference_and_magnitude
+from .shapes import VARIANTS, Shape
+from .testing import timing
+from .testing.inputs import benchmark_problem
 
 MANAGER_BLOCK_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 512, 768, 1024)
 PR_STATES = ("after PR #51216", "before PR #51216")
-CACHE_LINE = 128  # bytes
+# JupyterLab may deliver widget messages on a kernel subshell's thread while the main shell handles others: two
+# updates of one explorer then ran at once, drawing into one output (and matplotlib is not thread-safe).
+_DRAWING = threading.Lock()
 
 
-def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0]):
-    """Print what ``--block-size`` negotiates and which indexer kernel runs; return the Negotiation."""
+class Explorer(widgets.interactive):
+    """``ipywidgets.interactive`` whose updates run one at a time, each reading the controls' latest values."""
+
+    def update(self, *args):
+        with _DRAWING:
+            super().update(*args)
+
+
+def show_figure(fig) -> None:
+    """Display ``fig`` as the PNG bytes ``plots.png_bytes`` renders."""
+    display(Image(data=plots.png_bytes(fig), format="png"))
+
+
+def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0], record: dict | None = None):
+    """Draw what ``--block-size`` negotiates, which indexer kernel runs and what it costs (costs on CUDA from
+    ``record``, the committed H200 results by default), print the same as text; return the Negotiation."""
     result = negotiate(block_size, platform, before_pr=pr == PR_STATES[1])
+    show_figure(plots.negotiation_decision_plot(result, report.kernel_costs(result, record or report.load())))
     print(format_negotiation(result))
     return result
 
 
 def negotiation_explorer(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0]):
     """A ``--block-size`` slider with platform and before/after toggles."""
-    return widgets.interactive(
+    return Explorer(
         show_negotiation,
         block_size=widgets.SelectionSlider(options=MANAGER_BLOCK_SIZES, value=block_size,
                                            description="--block-size", continuous_update=False),
         platform=widgets.ToggleButtons(options=["rocm", "cuda"], value=platform, description="platform"),
         pr=widgets.ToggleButtons(options=list(PR_STATES), value=pr, description="vLLM"),
+        record=widgets.fixed(report.load()),
     )
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted byte offsets -> (first byte, length) of each contiguous run."""
+    runs: list[list[int]] = []
+    for o in offsets:
+        if runs and sum(runs[-1]) == o:
+            runs[-1][1] += 1
+        else:
+            runs.append([o, 1])
+    return [(first, length) for first, length in runs]
 
 
 def lane_vector(token: int, dim: int, block_size: int, head_dim: int = 128) -> dict:
@@ -39,16 +80,18 @@ def lane_vector(token: int, dim: int, block_size: int, head_dim: int = 128) -> d
     apart (one per token row) in the NORMAL layout."""
     d0 = dim - dim % TILE
     t0 = token - token % TILE
-    report = {"token": token, "dim": dim, "block_size": block_size, "lane_dims": (d0, d0 + TILE - 1)}
+    report = {"token": token, "dim": dim, "block_size": block_size, "head_dim": head_dim,
+              "lane_dims": (d0, d0 + TILE - 1)}
     for name, offset in (("normal", normal_offset), ("shuffle", shuffle_offset)):
         first = offset(token, d0, block_size, head_dim)
         group = sorted(offset(t, d, block_size, head_dim) for t in range(t0, t0 + TILE) for d in range(d0, d0 + TILE))
-        lines = {o // CACHE_LINE for o in group}
+        runs = _runs(group)
         report[name] = {
             "offset": offset(token, dim, block_size, head_dim),
             "vector": (first, first + TILE - 1),
-            "group_contiguous": group == list(range(group[0], group[0] + TILE * TILE)),
-            "group_lines": len(lines),
+            "group_runs": runs,
+            "group_contiguous": len(runs) == 1,
+            "group_lines": len({o // CACHE_LINE for o in group}),
         }
     return report
 
@@ -65,9 +108,11 @@ def format_lane_vector(r: dict) -> str:
 
 
 def show_lane_vector(block_size: int = 16, token: int = 3, dim: int = 37) -> dict:
-    report = lane_vector(min(token, block_size - 1), dim, block_size)
-    print(format_lane_vector(report))
-    return report
+    """Draw both layouts' bytes of the value's 16 lanes, print where they are; return the lane_vector report."""
+    lanes = lane_vector(min(token, block_size - 1), dim, block_size)
+    show_figure(plots.lane_bytes_plot(lanes))
+    print(format_lane_vector(lanes))
+    return lanes
 
 
 def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
@@ -81,4 +126,85 @@ def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
         tok.max = change["new"] - 1
 
     size.observe(follow, names="value")
-    return widgets.interactive(show_lane_vector, block_size=size, token=tok, dim=d)
+    return Explorer(show_lane_vector, block_size=size, token=tok, dim=d)
+
+
+# --------------------------------------------------------------------------------------------------
+# The workload explorer: the committed results at the nearest measured shape, and a live measurement on a GPU.
+
+BATCHES = tuple(2 ** i for i in range(13))
+CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(10, 18))
+NEXT_NS = (1, 2, 3)
+PRECISIONS = report.PRECISIONS
+LIVE_TOKEN_LIMIT = 1 << 25  # batch x context a live measurement may allocate (the largest anchor shape)
+
+
+def measure_point(batch: int, avg_ctx: int, next_n: int, block_size: int, layout: str, precision: str) -> dict:
+    """Our kernel (the one ``fp8_paged_mqa_logits`` picks on this GPU) timed by the benchmark harness at exactly
+    this point, at ``precision``: one more bar for ``plots.workload_plot``. Checked against the float64 reference
+    first; a result outside the precision's accuracy contract is not reported."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if batch * avg_ctx > LIVE_TOKEN_LIMIT:
+        raise ValueError(f"batch x avg_ctx must be at most {LIVE_TOKEN_LIMIT} tokens to measure live, got "
+                         f"{batch} x {avg_ctx}")
+    ceiling = timing.copy_bandwidth()  # refuses under Triton's interpreter before anything is built
+    shape = Shape(batch, next_n, avg_ctx)
+    problem = benchmark_problem(shape, block_size, layout)
+    row = benchmark.measure(benchmark.kernel_fn(problem, precision), problem, problem.call(reference_and_magnitude),
+                            precision=precision, copy_bytes_per_s=ceiling)
+    if "us" not in row:
+        raise RuntimeError(f"not reported: error {row['max_rel_error']:.1e} is outside the {precision} contract")
+    return {"label": f"live: {shape.label}", "us": row["us"], "pct_copy": row["pct_copy"], "chosen": True}
+
+
+def show_workload(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, variant: tuple = (64, "normal"),
+                  precision: str = "exact", record: dict | None = None, live: dict | None = None):
+    """Draw the bars of ``report.workload_bars`` (plus a live bar measured at this very point, if ``live``
+    holds one); return (nearest measured shape, bars)."""
+    block_size, layout = variant
+    nearest, bars = report.workload_bars(record or report.load(), batch, avg_ctx, next_n, block_size, layout,
+                                         precision)
+    point = (batch, avg_ctx, next_n, block_size, layout, precision)
+    if live and point in live:
+        bars = [*bars, live[point]]
+    show_figure(plots.workload_plot(nearest, Shape(batch, next_n, avg_ctx), bars))
+    return nearest, bars
+
+
+def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, variant: tuple = (64, "normal"),
+                      precision: str = "exact", record: dict | None = None):
+    """Batch, context, next_n, cache variant and precision controls over the committed results (``record``);
+    on a GPU a button measures the chosen point live and adds it to the figure."""
+    live: dict = {}
+    w = Explorer(
+        show_workload,
+        batch=widgets.SelectionSlider(options=BATCHES, value=batch, description="batch", continuous_update=False),
+        avg_ctx=widgets.SelectionSlider(options=CONTEXTS, value=avg_ctx, description="avg context",
+                                        continuous_update=False),
+        next_n=widgets.ToggleButtons(options=NEXT_NS, value=next_n, description="next_n"),
+        variant=widgets.Dropdown(options=[(name, v) for name, v in VARIANTS.items()], value=variant,
+                                 description="cache"),
+        precision=widgets.ToggleButtons(options=PRECISIONS, value=precision, description="precision"),
+        record=widgets.fixed(record or report.load()), live=widgets.fixed(live),
+    )
+    button = widgets.Button(description="measure live", disabled=device.INTERPRETED)
+    note = widgets.Label("Triton's interpreter here: its timings are not kernel timings, so live measurement needs a "
+                         "CUDA GPU" if device.INTERPRETED else "times the chosen point on this GPU")
+
+    def measure(_):
+        kw = w.kwargs
+        point = (kw["batch"], kw["avg_ctx"], kw["next_n"], *kw["variant"], kw["precision"])
+        button.disabled, note.value = True, "measuring ..."
+        try:
+            live[point] = measure_point(*point)
+            note.value = f"{live[point]['label']}: {live[point]['us']:.1f} us"
+        except (RuntimeError, ValueError) as error:
+            note.value = str(error)
+        finally:
+            button.disabled = False
+        w.update()
+
+    button.on_click(measure)
+    w.children = (*w.children[:-1], widgets.HBox([button, note]), w.children[-1])
+    return w

@@ -63,7 +63,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
 
     ``check_values=False`` skips the checks that read context lengths and block ids on the host (a device sync);
     the result stays defined for any values: NaN where a row may see a position whose block id is outside the
-    cache or the table. Repeated unchecked calls of the same dimensions skip the other checks too and launch the
+    cache or the table (:func:`preshuffle.contract.unreadable_positions`). Repeated unchecked calls of the same dimensions skip the other checks too and launch the
     compiled Hopper kernel directly. ``out``, an fp32 ``[B * next_n, max_model_len]`` tensor, receives the result
     instead of a new one; every element is written."""
     if not check_values:
@@ -81,6 +81,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     device.require_precision(precision, support)
     dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
                         check_values=check_values)
+    max_model_len = dims.max_model_len  # a plain int, whatever integer type the caller passed
     if config is not None and not isinstance(config, (LaunchConfig, HopperConfig)):
         raise TypeError(f"config must be a LaunchConfig or a HopperConfig, got {type(config).__name__}")
     if kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config) == "portable":

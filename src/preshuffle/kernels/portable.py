@@ -13,6 +13,12 @@ the sequence's queries ``[next_n*H, D]`` and weights in registers, then for each
 the fp8 keys and their scales, computes ``relu(s * q.k)`` with one ``tl.dot``, reduces over heads with the
 weights, and stores the logits (-inf outside each row's visible prefix). Positions past the context are
 filled with -inf without touching the cache, so the output is fully defined up to ``max_model_len``.
+
+No input makes the kernel read outside its tensors, checked or not. A row of the block table is read only up to
+its width, and a block id outside ``[0, num_blocks)`` is never followed: where a row may see a position whose
+block id is out of range, or whose table entry does not exist (context longer than the table), the logit is NaN
+(a NaN cannot pass for a masked score); positions past a row's visible prefix stay -inf. Inputs that pass the
+host's value checks have no such positions (:func:`preshuffle.contract.unreadable_positions`).
 """
 
 from __future__ import annotations
@@ -42,41 +48,45 @@ def _chunk_tokens(first, BLOCK_SIZE: tl.constexpr, CHUNK: tl.constexpr):
 
 
 @triton.jit
-def _block_ids(first, index, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE: tl.constexpr, CHUNK: tl.constexpr,
-               MASKED: tl.constexpr = True):
-    """The kernel block id of each position of the chunk (0 past the context); ``index`` from _chunk_tokens.
-    When the chunk lies in one block, one scalar table read serves it. ``MASKED=False`` when the whole chunk is
-    inside the context."""
+def _block_ids(first, index, read_len, b, bt_ptr, bt_stride, num_blocks, BLOCK_SIZE: tl.constexpr,
+               CHUNK: tl.constexpr, MASKED: tl.constexpr = True):
+    """(block id to address, whether it is a real block) for each position of the chunk; ``index`` from
+    _chunk_tokens. Positions from ``read_len`` on (the context, cut to what the table row holds) read no table
+    entry and are not real. Ids outside ``[0, num_blocks)`` are clamped into the cache, so that even unmasked
+    loads stay inside it, and flagged. When the chunk lies in one block, one scalar table read serves it.
+    ``MASKED=False`` when the whole chunk is inside ``read_len``."""
     pos = first + tl.arange(0, CHUNK)
     if BLOCK_SIZE % CHUNK == 0:
-        page = tl.load(bt_ptr + b * bt_stride + first // BLOCK_SIZE, mask=first < kv_len, other=0)
+        page = tl.load(bt_ptr + b * bt_stride + first // BLOCK_SIZE, mask=first < read_len, other=0)
         pages = tl.zeros_like(pos).to(tl.int64) + page
     elif MASKED:
-        pages = tl.load(bt_ptr + b * bt_stride + index, mask=pos < kv_len, other=0).to(tl.int64)
+        pages = tl.load(bt_ptr + b * bt_stride + index, mask=pos < read_len, other=0).to(tl.int64)
     else:
         pages = tl.load(bt_ptr + b * bt_stride + index).to(tl.int64)
-    return pages
+    real = (pages >= 0) & (pages < num_blocks)
+    if MASKED:
+        real = real & (pos < read_len)
+    return tl.minimum(tl.maximum(pages, 0), num_blocks - 1), real
 
 
 @triton.jit
-def _load_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr,
-                 CHUNK: tl.constexpr):
-    """fp32 scales of the chunk starting at ``first`` (0 past the context), through the cache viewed as fp32:
+def _load_scales(first, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE: tl.constexpr,
+                 D: tl.constexpr, CHUNK: tl.constexpr):
+    """fp32 scales of the chunk starting at ``first`` (0 where no real block), through the cache viewed as fp32:
     token t's scale is word t after its block's B*D value bytes."""
-    pos = first + tl.arange(0, CHUNK)
     index, t = _chunk_tokens(first, BLOCK_SIZE, CHUNK)
-    page = _block_ids(first, index, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK)
+    page, real = _block_ids(first, index, read_len, b, bt_ptr, bt_stride, num_blocks, BLOCK_SIZE, CHUNK)
     words_per_block: tl.constexpr = BLOCK_SIZE * (D + 4) // 4
-    return tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + t, mask=pos < kv_len, other=0.0)
+    return tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + t, mask=real, other=0.0)
 
 
 @triton.jit
-def _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE: tl.constexpr,
+def _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets, BLOCK_SIZE: tl.constexpr,
                D: tl.constexpr, CHUNK: tl.constexpr, SHUFFLED: tl.constexpr, MASKED: tl.constexpr):
-    """fp8 keys ``[CHUNK, D]`` of the chunk starting at ``first`` (0 past the context), in natural order."""
-    pos = first + tl.arange(0, CHUNK)
+    """fp8 keys ``[CHUNK, D]`` of the chunk starting at ``first``, in natural order (0 where no real block), and
+    which positions have a real block."""
     index, t = _chunk_tokens(first, BLOCK_SIZE, CHUNK)
-    page = _block_ids(first, index, kv_len, b, bt_ptr, bt_stride, BLOCK_SIZE, CHUNK, MASKED)
+    page, real = _block_ids(first, index, read_len, b, bt_ptr, bt_stride, num_blocks, BLOCK_SIZE, CHUNK, MASKED)
     if BLOCK_SIZE % CHUNK == 0:
         # t = t0 + arange with t0 a multiple of CHUNK (so of 16): split off t0 to keep the rest loop-invariant.
         t0 = first % BLOCK_SIZE
@@ -91,20 +101,23 @@ def _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_S
     if BLOCK_SIZE % 4 == 0:  # then every token's 16-dim run starts 16-byte aligned
         rows = tl.multiple_of(rows, 16)
     if MASKED:
-        k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=(pos < kv_len)[:, None], other=0)
-    else:
+        k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=real[:, None], other=0)
+    else:  # the ids are clamped into the cache: an unmasked load stays inside it
         k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :])
-    return k.to(tl.float8e4nv, bitcast=True)
+    return k.to(tl.float8e4nv, bitcast=True), real
 
 
 @triton.jit
-def _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, out_rows,
-                 row_mask, H: tl.constexpr, D: tl.constexpr, NEXT_N_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                 SHUFFLED: tl.constexpr, CHUNK: tl.constexpr, DOT: tl.constexpr, MASKED: tl.constexpr):
-    """Logits of the chunk of positions starting at ``first``, stored. ``MASKED=False`` for a chunk every row
-    sees in full: no masks on its loads, no -inf select, no bound on its store."""
+def _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets,
+                 out_rows, row_mask, H: tl.constexpr, D: tl.constexpr, NEXT_N_PAD: tl.constexpr,
+                 BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CHUNK: tl.constexpr, DOT: tl.constexpr,
+                 MASKED: tl.constexpr):
+    """Logits of the chunk of positions starting at ``first``, stored: NaN where no real block. ``MASKED=False``
+    for a chunk every row sees in full and the table covers: no masks on its loads, no -inf select, no bound on
+    its store."""
     pos = first + tl.arange(0, CHUNK)
-    k = _load_keys(first, kv_len, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK, SHUFFLED, MASKED)
+    k, real = _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK,
+                         SHUFFLED, MASKED)
     if DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
         scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
     elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
@@ -114,6 +127,7 @@ def _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, k
     # s > 0, so relu(s * x) = s * relu(x): apply the scale once per token, after the head reduction.
     scores = tl.maximum(scores, 0.0) * w[None, :]
     logits = tl.sum(tl.reshape(scores, (CHUNK, NEXT_N_PAD, H)), axis=2) * s[:, None]  # [CHUNK, NEXT_N_PAD]
+    logits = tl.where(real[:, None], logits, float("nan"))
     if MASKED:
         logits = tl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
         tl.store(out_rows + pos[:, None], logits, mask=row_mask & (pos < end)[:, None])
@@ -124,7 +138,7 @@ def _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, k
 @triton.jit
 def _paged_mqa_logits_kernel(
     q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-    bt_stride, out_stride, max_model_len, tokens_per_program,
+    bt_stride, table_tokens, num_blocks, out_stride, max_model_len, tokens_per_program,
     NEXT_N: tl.constexpr, NEXT_N_PAD: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
     DOT: tl.constexpr,
@@ -167,27 +181,31 @@ def _paged_mqa_logits_kernel(
     tok = tl.arange(0, CHUNK)
     read_end = tl.minimum(end, kv_len)
     n_read = tl.cdiv(tl.maximum(read_end - start, 0), CHUNK)
+    # Positions with a block-table entry: with unchecked inputs the context may run past the table row.
+    read_len = tl.minimum(kv_len, table_tokens)
     # Chunks that every row sees in full need no masks; only the last few of a sequence do. With several
     # query rows the second copy of the loop costs more registers than the masks (fewer CTAs per SM).
     if NEXT_N == 1:
-        n_full = tl.maximum(tl.minimum(read_end, kv_len) - start, 0) // CHUNK
+        n_full = tl.maximum(tl.minimum(read_end, read_len) - start, 0) // CHUNK
     else:
         n_full = 0
     # Triton software-pipelines the loads that feed the dot (num_stages) but leaves the scales alone, so they
     # are fetched one chunk ahead by hand.
-    s_next = _load_scales(start, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
+    s_next = _load_scales(start, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE, D, CHUNK)
     for i in range(n_full):
         first = start + i * CHUNK
         s = s_next
-        s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
-        _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, out_rows,
-                     row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, False)
+        s_next = _load_scales(first + CHUNK, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE, D,
+                              CHUNK)
+        _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets,
+                     out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, False)
     for i in range(n_full, n_read):
         first = start + i * CHUNK
         s = s_next
-        s_next = _load_scales(first + CHUNK, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
-        _score_chunk(first, s, q_t, w, visible, kv_len, end, b, bt_ptr, bt_stride, kv_ptr, dim_offsets, out_rows,
-                     row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, True)
+        s_next = _load_scales(first + CHUNK, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE, D,
+                              CHUNK)
+        _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets,
+                     out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, True)
 
     neg_inf = tl.full((CHUNK, NEXT_N_PAD), float("-inf"), tl.float32)
     for tail in range(start + n_read * CHUNK, end, CHUNK):
@@ -223,7 +241,8 @@ def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
     _paged_mqa_logits_kernel[grid](
         q.contiguous().view(torch.uint8), kv_cache, kv_cache.view(torch.float32), weights.contiguous(),
         context_lens.contiguous(), block_tables, out,
-        block_tables.stride(0), out.stride(0), max_model_len, tokens_per_program,
+        block_tables.stride(0), dims.max_blocks * dims.block_size, dims.num_blocks, out.stride(0), max_model_len,
+        tokens_per_program,
         NEXT_N=dims.next_n, NEXT_N_PAD=triton.next_power_of_2(dims.next_n), H=dims.heads, D=dims.head_dim,
         BLOCK_SIZE=dims.block_size, SHUFFLED=layout == "shuffle", CTX_2D=dims.ctx_2d, CHUNK=config.chunk,
         DOT=config.dot, num_warps=config.num_warps, num_stages=config.num_stages,

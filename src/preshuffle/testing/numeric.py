@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import device
+from ..contract import kv_lengths, unreadable_positions
 from ..problem import PagedMQAProblem
 from ..reference import reference_and_magnitude
 
@@ -19,10 +20,12 @@ CONTRACTS = {"exact": {"max_rel_error": RTOL}, "fp8": {"max_rel_error": 1e-3, "c
 def compare_logits(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor) -> dict:
     """How far ``out`` is from ``ref``: whether the -inf patterns are identical, and the largest error of a
     finite logit relative to its magnitude (1.0 where ``out`` is NaN or the patterns differ)."""
+    _check_tensors(out=out, ref=ref, magnitude=magnitude)
     # In float64 where the output lives (a GPU compares a 4096-sequence batch in milliseconds).
     out, ref, magnitude = (t.detach().to(out.device, torch.float64) for t in (out, ref, magnitude))
-    if out.shape != ref.shape:
-        raise ValueError(f"out has shape {list(out.shape)}, the reference {list(ref.shape)}")
+    for name, t in (("out", out), ("magnitude", magnitude)):
+        if t.shape != ref.shape:
+            raise ValueError(f"{name} has shape {list(t.shape)}, the reference {list(ref.shape)}")
     same_mask = bool(torch.equal(torch.isneginf(out), torch.isneginf(ref)))
     finite = torch.isfinite(ref)
     if not same_mask or torch.isnan(out).any() or (finite & ~torch.isfinite(out)).any():
@@ -39,14 +42,38 @@ def meets_contract(verdict: dict, precision: str) -> bool:
     return verdict["same_inf_pattern"] and all(verdict.get(k, 1.0) <= v for k, v in CONTRACTS[precision].items())
 
 
+def _check_tensors(**tensors) -> None:
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+
+
 def check_logits(out: torch.Tensor, problem: PagedMQAProblem) -> dict:
     """:func:`compare_logits` of ``out`` against the float64 reference of ``problem``, the reference and the
     magnitudes computed in one pass over the keys."""
     return compare_logits(out, *problem.call(reference_and_magnitude))
 
 
+def check_unchecked_logits(out: torch.Tensor, problem: PagedMQAProblem, context_lens: torch.Tensor,
+                           block_tables: torch.Tensor) -> dict:
+    """How an unchecked call (``check_values=False``) on ``problem`` with bad ``context_lens`` or
+    ``block_tables`` in place of its own did: ``nan_exact`` when ``out`` is NaN exactly at
+    :func:`~preshuffle.contract.unreadable_positions` (``nan`` of them), and elsewhere :func:`compare_logits`
+    against the float64 reference over the keys that call can read: ``problem``'s valid tables, each row's
+    length cut to what its bad table row holds."""
+    nan = unreadable_positions(context_lens, block_tables, problem.num_blocks, problem.block_size, problem.next_n,
+                               problem.max_model_len)
+    readable = kv_lengths(context_lens, problem.next_n).clamp(max=block_tables.shape[1] * problem.block_size)
+    ref, magnitude = problem.replace(context_lens=readable.to(torch.int32)).call(reference_and_magnitude)
+    verdict = compare_logits(torch.where(nan, ref.to(out.dtype), out), ref, magnitude)
+    return {**verdict, "nan_exact": bool(torch.equal(torch.isnan(out), nan)), "nan": int(nan.sum())}
+
+
 def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
     """DeepGEMM's similarity metric ``1 - 2 sum(xy) / sum(x^2 + y^2)``, masked (-inf) positions zeroed."""
+    _check_tensors(x=x, y=y)
+    if x.shape != y.shape:  # broadcasting would compare the wrong elements
+        raise ValueError(f"x has shape {list(x.shape)} but y {list(y.shape)}")
     x, y = (torch.nan_to_num(t.double(), neginf=0.0) for t in (x, y))
     denominator = (x * x + y * y).sum()
     return float(1 - 2 * (x * y).sum() / denominator) if denominator > 0 else 0.0
