@@ -95,6 +95,7 @@ def test_notebook_metadata_script_normalises_the_files_it_is_given(tmp_path):
 def test_pre_save_hook_saves_the_stored_bytes_through_jupyter(tmp_path, monkeypatch):
     """Jupyter's own contents manager, configured by the file ``make lab`` gives it, saving a notebook whose
     metadata drifted: the file comes out byte for byte as stored."""
+    pytest.importorskip("jupyter_server", reason="needs JupyterLab's server (make lab installs it)")
     from jupyter_server.services.contents.filemanager import FileContentsManager
     from traitlets.config.loader import PyFileConfigLoader
 
