@@ -63,9 +63,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
 
     ``check_values=False`` skips the checks that read context lengths and block ids on the host (a device sync);
     the result stays defined for any values: NaN where a row may see a position whose block id is outside the
-    cache or the table (:func:`preshuffle.contract.unreadable_positions`). Repeated unchecked calls of the same dimensions skip the other checks too and launch the
-    compiled Hopper kernel directly. ``out``, an fp32 ``[B * next_n, max_model_len]`` tensor, receives the result
-    instead of a new one; every element is written."""
+    cache or the table (:func:`preshuffle.contract.unreadable_positions`). Repeated unchecked calls of the same
+    dimensions skip the other checks too and launch the compiled Hopper kernel directly. ``out``, an fp32
+    ``[B * next_n, max_model_len]`` tensor, receives the result instead of a new one; every element is written."""
     if not check_values:
         key = _launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, precision,
                           config, out)
