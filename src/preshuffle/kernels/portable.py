@@ -136,6 +136,23 @@ def _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride,
 
 
 @triton.jit
+def _score_chunks(lo, hi, s_next, start, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks, kv_ptr,
+                  scale_ptr, dim_offsets, out_rows, row_mask, H: tl.constexpr, D: tl.constexpr,
+                  NEXT_N_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CHUNK: tl.constexpr,
+                  DOT: tl.constexpr, MASKED: tl.constexpr):
+    """Chunks ``lo .. hi-1`` of the program's run, each chunk's scales fetched one chunk ahead (``s_next`` holds
+    chunk ``lo``'s); returns the scales of chunk ``hi``."""
+    for i in range(lo, hi):
+        first = start + i * CHUNK
+        s = s_next
+        s_next = _load_scales(first + CHUNK, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE, D,
+                              CHUNK)
+        _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets,
+                     out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, MASKED)
+    return s_next
+
+
+@triton.jit
 def _paged_mqa_logits_kernel(
     q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     bt_stride, table_tokens, num_blocks, out_stride, max_model_len, tokens_per_program,
@@ -192,20 +209,12 @@ def _paged_mqa_logits_kernel(
     # Triton software-pipelines the loads that feed the dot (num_stages) but leaves the scales alone, so they
     # are fetched one chunk ahead by hand.
     s_next = _load_scales(start, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE, D, CHUNK)
-    for i in range(n_full):
-        first = start + i * CHUNK
-        s = s_next
-        s_next = _load_scales(first + CHUNK, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE, D,
-                              CHUNK)
-        _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets,
-                     out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, False)
-    for i in range(n_full, n_read):
-        first = start + i * CHUNK
-        s = s_next
-        s_next = _load_scales(first + CHUNK, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE, D,
-                              CHUNK)
-        _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets,
-                     out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK, DOT, True)
+    s_next = _score_chunks(0, n_full, s_next, start, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks,
+                           kv_ptr, scale_ptr, dim_offsets, out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE,
+                           SHUFFLED, CHUNK, DOT, MASKED=False)
+    _score_chunks(n_full, n_read, s_next, start, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride, num_blocks,
+                  kv_ptr, scale_ptr, dim_offsets, out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK,
+                  DOT, MASKED=True)
 
     neg_inf = tl.full((CHUNK, NEXT_N_PAD), float("-inf"), tl.float32)
     for tail in range(start + n_read * CHUNK, end, CHUNK):
