@@ -159,6 +159,13 @@ def test_fp8_paged_mqa_logits_out_must_match(ok):
         ok.call(fp8_paged_mqa_logits, out=torch.empty(1, device=DEV))
 
 
+def test_fp8_paged_mqa_logits_refuses_an_out_that_requires_grad(ok):
+    out = torch.zeros(ok.batch * ok.next_n, ok.max_model_len, device=DEV, requires_grad=True)
+    with pytest.raises(ValueError, match="out must not require grad"):
+        ok.call(fp8_paged_mqa_logits, out=out)
+    assert not out.detach().any()
+
+
 def check_unchecked(problem, **bad):
     """The kernel with ``check_values=False`` on ``problem`` with ``bad`` context_lens or block_tables, into a
     poisoned ``out`` (every element must be written): NaN exactly where no key can be read, the reference

@@ -83,6 +83,18 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     return dims
 
 
+def output_tensor(out: torch.Tensor | None, shape: tuple[int, int], dev: torch.device) -> torch.Tensor:
+    """The tensor a kernel writes its ``shape`` logits into: ``out`` once checked, else a new one."""
+    if out is None:
+        return torch.empty(shape, dtype=torch.float32, device=dev)
+    if out.dtype != torch.float32 or tuple(out.shape) != shape or not out.is_contiguous() or out.device != dev:
+        raise ValueError(f"out must be a contiguous float32 tensor of shape {list(shape)} on {dev}, got "
+                         f"{out.dtype} {list(out.shape)} on {out.device}")
+    if out.requires_grad:  # the kernel writes behind autograd's back: its graph would hold stale values
+        raise ValueError("out must not require grad (the kernel's write is not recorded by autograd)")
+    return out
+
+
 def kv_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
     """``[B, next_n]``: how many leading positions row (b, j) may see."""
     if context_lens.dim() == 2:

@@ -10,7 +10,7 @@ import dataclasses
 import torch
 
 from .. import device
-from ..contract import check_inputs
+from ..contract import check_inputs, output_tensor
 from .launch import HopperConfig, LaunchConfig, default_config, hopper_config
 from .portable import portable_paged_mqa_logits
 
@@ -72,7 +72,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         launch = _LAUNCHES.get(key)
         if launch is not None:
             shape = (q.shape[0] * q.shape[1], max_model_len)
-            out = _output(out, shape, q.device)
+            out = output_tensor(out, shape, q.device)
             launch(q, weights, context_lens, block_tables, out)
             return out
     support = device.current_support()
@@ -101,7 +101,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         if error:
             raise ValueError(error)
     shape = (dims.batch * dims.next_n, max_model_len)
-    out = _output(out, shape, q.device)
+    out = output_tensor(out, shape, q.device)
     if out.numel() == 0:
         return out
     contiguous = (q.contiguous(), weights.contiguous(), context_lens.contiguous(), block_tables.contiguous())
@@ -113,13 +113,4 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         if len(_LAUNCHES) >= _MAX_LAUNCHES:
             _LAUNCHES.clear()
         _LAUNCHES[key] = launch
-    return out
-
-
-def _output(out, shape, dev):
-    if out is None:
-        return torch.empty(shape, dtype=torch.float32, device=dev)
-    if out.dtype != torch.float32 or tuple(out.shape) != shape or not out.is_contiguous() or out.device != dev:
-        raise ValueError(f"out must be a contiguous float32 tensor of shape {list(shape)} on {dev}, got "
-                         f"{out.dtype} {list(out.shape)} on {out.device}")
     return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .. import device  # first: sets TRITON_INTERPRET before the kernel below is decorated
-from ..contract import CallDims
+from ..contract import CallDims, output_tensor
 from .launch import LaunchConfig
 
 import triton  # noqa: E402
@@ -239,11 +239,7 @@ def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
     tokens_per_program = config.tokens_per_program or triton.cdiv(max_model_len, config.chunk) * config.chunk
     block_tables = block_tables.contiguous()
     shape = (dims.batch * dims.next_n, max_model_len)
-    if out is None:
-        out = torch.empty(shape, dtype=torch.float32, device=q.device)
-    elif out.dtype != torch.float32 or tuple(out.shape) != shape or not out.is_contiguous() or out.device != q.device:
-        raise ValueError(f"out must be a contiguous float32 tensor of shape {list(shape)} on {q.device}, got "
-                         f"{out.dtype} {list(out.shape)} on {out.device}")
+    out = output_tensor(out, shape, q.device)
     if out.numel() == 0:
         return out
     grid = (dims.batch, triton.cdiv(max_model_len, tokens_per_program))
