@@ -154,5 +154,7 @@ def test_version_flag_prints_versions_device_and_paths():
 
 
 @pytest.mark.skipif(not device.INTERPRETED, reason="the CPU-tensor message is for interpreter runs")
-def test_kernel_device_error_names_the_tensor():
-    assert device.kernel_device_error(torch.empty(1, device="meta"), "q").startswith("q is on meta")
+def test_require_kernel_devices_names_the_tensor():
+    device.require_kernel_devices(q=torch.empty(1))
+    with pytest.raises(ValueError, match="^kv_cache is on meta, but kernels run under Triton's interpreter"):
+        device.require_kernel_devices(q=torch.empty(1), kv_cache=torch.empty(1, device="meta"))

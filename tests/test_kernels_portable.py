@@ -98,7 +98,7 @@ def test_fp8_paged_mqa_logits_rejects_bad_dtypes(ok):
         bad(ok, block_tables=ok.block_tables.long())()
     with pytest.raises(TypeError, match="kv_cache must be a uint8 tensor"):
         bad(ok, kv_cache=ok.kv_cache.view(torch.int8))()
-    with pytest.raises(TypeError, match="takes q as torch.float8_e4m3fn"):
+    with pytest.raises(TypeError, match="the kernels take q as torch.float8_e4m3fn, got torch.float8_e4m3fnuz"):
         bad(ok, q=ok.q.float().to(torch.float8_e4m3fnuz))()
 
 

@@ -22,7 +22,7 @@ import torch
 
 from . import deepgemm
 from .kernels import HopperConfig, fp8_paged_mqa_logits, kernel_for
-from .kernels.launch import CHUNK, config_for, hopper_config
+from .kernels.launch import config_for, hopper_config, whole_row
 from .kernels.tl_tma import tl_tma_logits
 from .problem import PagedMQAProblem
 from .reference import fp8_paged_mqa_logits_torch, reference_and_magnitude
@@ -95,15 +95,15 @@ def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object]]:
              ("fp8 MMA", "portable", "fp8", kernel_fn(problem, "fp8", portable))]
     if kernel_for(problem.block_size, problem.heads, problem.head_dim, problem.next_n) != "hopper":
         return steps
-    whole_row = -(-problem.max_model_len // CHUNK) * CHUNK
+    row = whole_row(problem.max_model_len)
     rule = hopper_config(problem.batch, problem.next_n, problem.max_model_len)
     return steps + [
         ("TMA in plain Triton", "tl-tma", "fp8",
          lambda: problem.call(tl_tma_logits, tokens_per_program=rule.tokens_per_program)),
         ("Gluon: loader warp, 2-stage ring, a program per sequence", "hopper", "fp8",
-         kernel_fn(problem, "fp8", HopperConfig(whole_row, stages=2, maxnreg=rule.maxnreg))),
+         kernel_fn(problem, "fp8", HopperConfig(row, stages=2, maxnreg=rule.maxnreg))),
         ("4-stage ring", "hopper", "fp8",
-         kernel_fn(problem, "fp8", HopperConfig(whole_row, stages=rule.stages, maxnreg=rule.maxnreg))),
+         kernel_fn(problem, "fp8", HopperConfig(row, stages=rule.stages, maxnreg=rule.maxnreg))),
         ("split across the SMs (launch rule)", "hopper", "fp8", kernel_fn(problem, "fp8")),
     ]
 

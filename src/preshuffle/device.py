@@ -90,14 +90,15 @@ def require_precision(precision: str, support: KernelSupport | None = None) -> N
         raise ValueError(f"{support.device} cannot run the {precision} kernel path: it lacks {support.missing}")
 
 
-def kernel_device_error(tensor: torch.Tensor, name: str) -> str | None:
-    """Why ``tensor`` cannot feed a kernel in this process, or None when it can."""
-    if INTERPRETED and tensor.device.type != "cpu":
-        return f"{name} is on {tensor.device}, but kernels run under Triton's interpreter here: pass CPU tensors"
-    if not INTERPRETED and tensor.device.type != "cuda":
-        return (f"{name} is on {tensor.device}, but kernels are compiled for CUDA in this process: pass CUDA "
-                f"tensors, or set TRITON_INTERPRET=1 before importing preshuffle to run on the CPU")
-    return None
+def require_kernel_devices(**tensors: torch.Tensor) -> None:
+    """Raise ValueError naming the first of ``tensors`` (by keyword) that cannot feed a kernel in this process."""
+    for name, tensor in tensors.items():
+        if INTERPRETED and tensor.device.type != "cpu":
+            raise ValueError(f"{name} is on {tensor.device}, but kernels run under Triton's interpreter here: pass "
+                             f"CPU tensors")
+        if not INTERPRETED and tensor.device.type != "cuda":
+            raise ValueError(f"{name} is on {tensor.device}, but kernels are compiled for CUDA in this process: pass "
+                             f"CUDA tensors, or set TRITON_INTERPRET=1 before importing preshuffle to run on the CPU")
 
 
 def describe() -> str:

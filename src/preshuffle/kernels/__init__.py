@@ -81,6 +81,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     device.require_precision(precision, support)
     dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
                         check_values=check_values)
+    if q.dtype != torch.float8_e4m3fn:  # the kernels' fp8 type (the reference takes every fp8 type)
+        raise TypeError(f"the kernels take q as torch.float8_e4m3fn, got {q.dtype}")
+    device.require_kernel_devices(q=q, kv_cache=kv_cache)
     max_model_len = dims.max_model_len  # a plain int, whatever integer type the caller passed
     if config is not None and not isinstance(config, (LaunchConfig, HopperConfig)):
         raise TypeError(f"config must be a LaunchConfig or a HopperConfig, got {type(config).__name__}")
@@ -94,12 +97,6 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
                                          layout=layout, config=config, out=out)
     from .hopper import launch_hopper
 
-    if q.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"the Hopper kernel takes q as torch.float8_e4m3fn, got {q.dtype}")
-    for name, tensor in (("q", q), ("kv_cache", kv_cache)):
-        error = device.kernel_device_error(tensor, name)
-        if error:
-            raise ValueError(error)
     shape = (dims.batch * dims.next_n, max_model_len)
     out = output_tensor(out, shape, q.device)
     if out.numel() == 0:

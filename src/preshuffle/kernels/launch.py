@@ -52,21 +52,32 @@ def multiprocessor_count() -> int:
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
-def config_for(batch: int, max_model_len: int, *, programs_per_sm: int | None = None, chunk: int = CHUNK,
-               num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
-    """Split each row so that ``batch * splits`` is about ``programs_per_sm`` programs per SM, never cutting
-    below one chunk per program: small batches with long contexts get split along the context."""
-    programs_per_sm = programs_per_sm or default_programs_per_sm(batch)
+def whole_row(max_model_len: int, chunk: int = CHUNK) -> int:
+    """Positions per program when one program covers a whole output row."""
+    return triton.cdiv(max_model_len, chunk) * chunk
+
+
+def split_row(batch: int, max_model_len: int, programs_per_sm: int, chunk: int = CHUNK) -> int:
+    """Positions per program that split each row so that ``batch * splits`` is about ``programs_per_sm``
+    programs per SM, never cutting below one chunk per program: small batches with long contexts get split along
+    the context."""
     chunks = triton.cdiv(max_model_len, chunk)
     splits = max(1, min(chunks, triton.cdiv(programs_per_sm * multiprocessor_count(), batch)))
-    return LaunchConfig(chunk, triton.cdiv(chunks, splits) * chunk, num_warps, num_stages, **fields)
+    return triton.cdiv(chunks, splits) * chunk
+
+
+def config_for(batch: int, max_model_len: int, *, programs_per_sm: int | None = None, chunk: int = CHUNK,
+               num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
+    """The portable kernel's launch: :func:`split_row` at ``programs_per_sm`` (default: the measured rule)."""
+    tokens = split_row(batch, max_model_len, programs_per_sm or default_programs_per_sm(batch), chunk)
+    return LaunchConfig(chunk, tokens, num_warps, num_stages, **fields)
 
 
 def default_config(batch: int, max_model_len: int) -> LaunchConfig:
     """Under the interpreter every program costs Python overhead, so one program per sequence; compiled, split
     each row so that the grid has a few programs per SM."""
     if device.INTERPRETED:
-        return LaunchConfig(CHUNK, triton.cdiv(max_model_len, CHUNK) * CHUNK)
+        return LaunchConfig(CHUNK, whole_row(max_model_len))
     return config_for(batch, max_model_len)
 
 
@@ -103,9 +114,7 @@ def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = 
                   programs_per_sm: int | None = None, stages: int = 4) -> HopperConfig:
     """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape."""
     pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact)
-    chunks = triton.cdiv(max_model_len, CHUNK)
-    splits = max(1, min(chunks, triton.cdiv(pps * multiprocessor_count(), batch)))
-    return HopperConfig(triton.cdiv(chunks, splits) * CHUNK, stages, hopper_maxnreg(next_n, exact))
+    return HopperConfig(split_row(batch, max_model_len, pps), stages, hopper_maxnreg(next_n, exact))
 
 
 def hopper_maxnreg(next_n: int, exact: bool) -> int:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import device  # first: sets TRITON_INTERPRET before the kernel below is decorated
+from .. import device  # noqa: F401 (first: sets TRITON_INTERPRET before the kernel below is decorated)
 from ..contract import CallDims, output_tensor
-from .launch import LaunchConfig
+from .launch import LaunchConfig, whole_row
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -224,19 +224,13 @@ def _paged_mqa_logits_kernel(
 
 def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims: CallDims, *,
                               layout: str, config: LaunchConfig, out: torch.Tensor | None):
-    """Launch the portable kernel on inputs :func:`preshuffle.contract.check_inputs` accepted (``dims``); see
-    :func:`preshuffle.kernels.fp8_paged_mqa_logits`."""
-    if q.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"the Triton kernel takes q as torch.float8_e4m3fn, got {q.dtype}")
+    """Launch the portable kernel on inputs :func:`preshuffle.kernels.fp8_paged_mqa_logits` checked (``dims``:
+    shapes and values; ``q`` e4m3, tensors on the kernels' device)."""
     if dims.heads < 16 or dims.heads & (dims.heads - 1):
         raise ValueError(f"the Triton kernel needs a power-of-two number of heads >= 16, got {dims.heads}")
     if dims.head_dim & (dims.head_dim - 1):
         raise ValueError(f"the Triton kernel needs a power-of-two head_dim, got {dims.head_dim}")
-    for name, tensor in (("q", q), ("kv_cache", kv_cache)):
-        error = device.kernel_device_error(tensor, name)
-        if error:
-            raise ValueError(error)
-    tokens_per_program = config.tokens_per_program or triton.cdiv(max_model_len, config.chunk) * config.chunk
+    tokens_per_program = config.tokens_per_program or whole_row(max_model_len, config.chunk)
     block_tables = block_tables.contiguous()
     shape = (dims.batch * dims.next_n, max_model_len)
     out = output_tensor(out, shape, q.device)

@@ -20,7 +20,7 @@ import torch
 from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
 from ..contract import check_inputs
 from . import fp8_paged_mqa_logits
-from .launch import LaunchConfig, default_config
+from .launch import LaunchConfig, default_config, whole_row
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -191,13 +191,11 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
     if p.heads < 16 or p.heads & (p.heads - 1) or p.head_dim & (p.head_dim - 1):
         raise ValueError(f"q must have a power-of-two number of heads >= 16 and a power-of-two head_dim (tl.dot "
                          f"tiles), got {p.heads} heads of {p.head_dim}")
-    errors = [device.kernel_device_error(t, name) for name, t in (("q", q), ("kv_cache", kv_cache))]
-    if any(errors):
-        raise ValueError(next(e for e in errors if e))
+    device.require_kernel_devices(q=q, kv_cache=kv_cache)
     config = config or default_config(p.batch, max_model_len)
     if config.dot != "fp16":
         raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")
-    run = config.tokens_per_program or triton.cdiv(max_model_len, config.chunk) * config.chunk
+    run = config.tokens_per_program or whole_row(max_model_len, config.chunk)
     # NaN, not empty: an element the kernel failed to write cannot pass for a logit.
     out = torch.full((p.batch * p.next_n, max_model_len), math.nan, dtype=torch.float32, device=q.device)
     if out.numel() == 0:
