@@ -46,6 +46,12 @@ def _our_kernel(record, shape, variant):
     return None
 
 
+def _deepgemm(record, shape):
+    """DeepGEMM's row of ``shape``: on the rows themselves, or flattened to next_n = 1 where it cannot take them."""
+    return (find(record, shape, kernel="deepgemm", variant=BASE)
+            or find(record, shape, kernel="deepgemm-flattened", variant=BASE))
+
+
 def _div(a: dict | None, b: dict | None, key: str = "us") -> float | None:
     return a[key] / b[key] if a and b else None
 
@@ -56,8 +62,7 @@ def summary(record: dict) -> list[dict]:
     out = []
     for shape in shapes(record):
         fp8, exact = _ours(record, shape, "fp8"), _ours(record, shape, "exact")
-        dg = find(record, shape, kernel="deepgemm", variant=BASE) or find(
-            record, shape, kernel="deepgemm-flattened", variant=BASE)
+        dg = _deepgemm(record, shape)
         caches = {v: _ours(record, shape, "fp8", v) for v in ("block1", "block16-normal", "block16-shuffle",
                                                              "block64-shuffle")}
         eager = _ours(record, shape, "fp8", timing="eager")
@@ -253,8 +258,7 @@ def workload_bars(record: dict, batch: int, avg_ctx: int, next_n: int, block_siz
         row = _ours(record, shape, precision, name) or {}
         bars.append({"label": f"ours {name} ({precision})", "us": row.get("us"), "pct_copy": row.get("pct_copy"),
                      "chosen": variant == (block_size, layout)})
-    dg = find(record, shape, kernel="deepgemm", variant=BASE) or find(record, shape, kernel="deepgemm-flattened",
-                                                                       variant=BASE) or {}
+    dg = _deepgemm(record, shape) or {}
     label = "DeepGEMM (same run" + (", flattened rows)" if dg.get("kernel") == "deepgemm-flattened" else ")")
     bars.append({"label": label, "us": dg.get("us"), "pct_copy": dg.get("pct_copy"), "chosen": False})
     return shape, bars
