@@ -123,7 +123,7 @@ def test_read_slots_gather_k_cache_allocate_k_cache_reject_bad_input():
     cache = allocate_k_cache(2, 16)
     with pytest.raises(ValueError, match=r"slots must be in \[0, 32\)"):
         read_slots(cache, torch.tensor([32]))
-    with pytest.raises(TypeError, match="block_table must be int32/int64"):
+    with pytest.raises(TypeError, match="block_table must be an int32/int64 tensor, got torch.float32"):
         gather_k_cache(cache, torch.tensor([0.0]), 1)
     with pytest.raises(ValueError, match="num_blocks must be a positive int"):
         allocate_k_cache(0, 16)
@@ -249,7 +249,7 @@ def test_sequence_slots_bad_arguments():
         sequence_slots(table, 3, 0)
     with pytest.raises(ValueError, match="num_tokens 40 is beyond the block table's 2 blocks of 16"):
         sequence_slots(table, 40, 16)
-    with pytest.raises(TypeError, match="block_table must be int32/int64"):
+    with pytest.raises(TypeError, match="block_table must be an int32/int64 tensor, got torch.float32"):
         sequence_slots(table.float(), 3, 16)
     # A negative id would turn into slot -1, which the writer reads as "skip this token".
     with pytest.raises(ValueError, match="block_table holds block id -1 at index 1"):

@@ -193,8 +193,6 @@ def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) 
     num_tokens = non_negative_int(num_tokens, "num_tokens")
     if not isinstance(block_table, torch.Tensor) or block_table.dim() != 1:
         raise ValueError("block_table must be a 1-D tensor of kernel block ids")
-    if block_table.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"block_table must be int32/int64, got {block_table.dtype}")
     _check_index_tensor(block_table, "block_table")
     if num_tokens > block_table.numel() * block_size:
         raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
