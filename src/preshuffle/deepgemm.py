@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .contract import kv_lengths
 from .problem import PagedMQAProblem
 
 
@@ -41,8 +42,7 @@ def logits_fn(deep_gemm, problem: PagedMQAProblem):
     if reason:
         raise ValueError(f"DeepGEMM cannot take this problem: {reason}")
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
-    j = torch.arange(problem.next_n, device=q.device, dtype=torch.int32)
-    visible = (context_lens.unsqueeze(1) - problem.next_n + j + 1).to(torch.int32).contiguous()
+    visible = kv_lengths(context_lens, problem.next_n).to(torch.int32)
     schedule = deep_gemm.get_paged_mqa_logits_metadata(visible, problem.block_size, deep_gemm.get_num_sms())
     return lambda: deep_gemm.fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, visible, block_tables, schedule,
                                                       max_model_len, False)
@@ -54,8 +54,7 @@ def flattened(problem: PagedMQAProblem) -> PagedMQAProblem:
     serves it. Its logits are the original's, row for row."""
     n = problem.next_n
     q = problem.q.reshape(problem.batch * n, 1, problem.heads, problem.head_dim).contiguous()
-    j = torch.arange(n, device=q.device)
-    lens = (problem.context_lens.unsqueeze(1) - n + j + 1).clamp(min=0).reshape(-1).to(torch.int32)
+    lens = kv_lengths(problem.context_lens, n).reshape(-1).to(torch.int32)
     tables = problem.block_tables.repeat_interleave(n, dim=0).contiguous()
     return PagedMQAProblem(q, problem.kv_cache, problem.weights.contiguous(), lens, tables, problem.max_model_len,
                            problem.layout)
