@@ -205,6 +205,13 @@ def test_select_common_block_size_refuses_bad_declarations_naming_the_backend(en
         neg.block_size_is_supported(declaring(64, entry), 64)
 
 
+def test_matching_entry_is_the_first_entry_that_accepts():
+    entries = [1, neg.MultipleOf(16), 64]
+    assert [neg.matching_entry(entries, size) for size in (1, 16, 64, 8)] == [0, 1, 1, None]
+    with pytest.raises(ValueError, match=r"Unknown supported size: 2\.0 \(declared by Mine\)"):
+        neg.matching_entry([1, 2.0, 64], 64, "Mine")
+
+
 def test_select_common_block_size_names_the_backend_of_an_unknown_entry():
     with pytest.raises(ValueError, match=r"Unknown supported size: 16\.0 \(declared by Declaring\)"):
         select_common_block_size(16, [declaring(16.0)])

@@ -177,7 +177,7 @@ def sparse_mla_group(*, before_pr: bool = False) -> list[type]:
 
 def _declaration(backend) -> list:
     """The backend's declared kernel block sizes, its int and MultipleOf entries checked (entries of other types
-    are left for :func:`_accepts` to refuse when reached, as vLLM does)."""
+    are left for :func:`matching_entry` to refuse when reached, as vLLM does)."""
     if not isinstance(backend, type) or not callable(getattr(backend, "get_supported_kernel_block_sizes", None)):
         raise TypeError(f"a backend must be a class with get_supported_kernel_block_sizes(), got {backend!r}")
     entries = backend.get_supported_kernel_block_sizes()
@@ -194,23 +194,24 @@ def _declaration(backend) -> list:
     return list(entries)
 
 
-def _accepts(name: str, entries: list, block_size: int) -> bool:
-    for entry in entries:
+def matching_entry(entries: list, block_size: int, declared_by: str = "a backend") -> int | None:
+    """Index of the first entry of a declaration that accepts ``block_size`` (vLLM's first match), or None."""
+    for i, entry in enumerate(entries):
         if isinstance(entry, int):
             if block_size == entry:
-                return True
+                return i
         elif isinstance(entry, MultipleOf):
             if block_size % entry.base == 0:
-                return True
+                return i
         else:
-            raise ValueError(f"Unknown supported size: {entry} (declared by {name})")
-    return False
+            raise ValueError(f"Unknown supported size: {entry} (declared by {declared_by})")
+    return None
 
 
 def block_size_is_supported(backend: type, block_size: int) -> bool:
     """True when some entry of the backend's declaration matches ``block_size`` (first match wins)."""
     entries = _declaration(backend)
-    return _accepts(backend.__name__, entries, positive_int(block_size, "block_size"))
+    return matching_entry(entries, positive_int(block_size, "block_size"), backend.__name__) is not None
 
 
 def select_common_block_size(kv_manager_block_size: int, backends: Sequence[type]) -> int:
@@ -228,7 +229,7 @@ def select_common_block_size(kv_manager_block_size: int, backends: Sequence[type
     declared = [(_declaration(backend), backend.__name__) for backend in backends]
 
     def common(size: int) -> bool:
-        return all(_accepts(name, entries, size) for entries, name in declared)
+        return all(matching_entry(entries, size, name) is not None for entries, name in declared)
 
     if common(kv_manager_block_size):
         return kv_manager_block_size

@@ -13,7 +13,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from .cache import FP8_MAX, SCALE_FLOOR, quantize_k
 from .layout import TILE, offset_map
-from .negotiation import block_size_is_supported, map_to_kernel_blocks, sweep
+from .negotiation import map_to_kernel_blocks, matching_entry, sweep
 
 WIDE = (10, 3.8)
 SQUARE_PAIR = (10, 4.6)
@@ -245,15 +245,6 @@ KERNEL_VARIANTS = ("per-token (kernel block 1)", "natural blocks", "preshuffled 
 OK_COLOR, BAD_COLOR, IDLE_COLOR = "#9fd89f", "#f4a6a6", "#e8e8e8"
 
 
-def matched_entry(entries: list, block_size: int) -> int | None:
-    """Index of the first declaration entry that accepts ``block_size``, by the negotiation's own rule."""
-    for i, entry in enumerate(entries):
-        one_entry = type("OneEntry", (), {"get_supported_kernel_block_sizes": staticmethod(lambda e=entry: [e])})
-        if block_size_is_supported(one_entry, block_size):
-            return i
-    return None
-
-
 def _variant_index(kernel) -> int:
     if kernel.kv_block_size == 1:
         return 0
@@ -319,7 +310,7 @@ def negotiation_decision_plot(negotiation, costs: dict, manager_id: int = 5):
     decl.set_title("what each backend declares (green: the entry that accepts the kernel block size)", fontsize=10)
     for i, (name, entries) in enumerate(rows):
         y = len(rows) - i - 0.5
-        hit = matched_entry(entries, k) if k else None
+        hit = matching_entry(entries, k, name) if k else None
         decl.text(0, y, name, va="center", fontsize=9)
         _boxes(decl, [repr(e) for e in entries], 5.6, 1.9, y,
                [OK_COLOR if j == hit else "white" for j in range(len(entries))],
