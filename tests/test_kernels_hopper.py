@@ -39,15 +39,27 @@ def test_descriptors_cut_pages_into_copies_of_at_most_64_rows(block_size, layout
                                                                   [1, max(min(block_size, 64), 32)])
 
 
-@pytest.mark.parametrize("batch, next_n, exact, pps, maxnreg", [
-    (64, 1, False, 2, 80), (64, 2, False, 4, 128), (4096, 1, False, 8, 80), (128, 1, True, 4, 128),
-    (4096, 1, True, 2, 128), (256, 1, True, 8, 128)])
-def test_hopper_config_follows_the_measured_rule(monkeypatch, batch, next_n, exact, pps, maxnreg):
+@pytest.mark.parametrize("batch, next_n, exact, pps, maxnreg, rows", [
+    (64, 1, False, 2, 80, False), (64, 2, False, 4, 128, False), (4096, 1, False, 8, 80, False),
+    (128, 1, True, 4, 128, False), (4096, 1, True, 2, 128, False), (256, 1, True, 8, 128, False),
+    (64, 3, False, 2, 64, True), (256, 3, False, 8, 64, True), (256, 3, True, 4, 128, True)])
+def test_hopper_config_follows_the_measured_rule(monkeypatch, batch, next_n, exact, pps, maxnreg, rows):
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
     config = launch.hopper_config(batch, next_n, 8192, exact=exact)
     assert launch.hopper_programs_per_sm(batch, next_n, exact) == pps
     splits = -(-8192 // config.tokens_per_program)
-    assert splits == min(128, -(-pps * 132 // batch)) and (config.stages, config.maxnreg) == (4, maxnreg)
+    assert splits == min(128, -(-pps * 132 // batch))
+    assert (config.stages, config.maxnreg, config.row_warpgroups) == (4, maxnreg, rows)
+    assert launch.hopper_registers(config, next_n, exact) == maxnreg  # the rule's programs fit an SM
+
+
+def test_hopper_registers_refuse_a_program_larger_than_an_sm():
+    config = HopperConfig(64, row_warpgroups=True)
+    assert launch.hopper_registers(config, 4, exact=False) == 64    # 20 warps x 64
+    with pytest.raises(ValueError, match="cannot launch at next_n 4: 20 warps x 32 threads x 128 registers is more "
+                                         "than an SM's 65536; lower maxnreg or turn row_warpgroups off"):
+        launch.hopper_registers(config, 4, exact=True)
+    assert launch.hopper_registers(HopperConfig(64, maxnreg=248), 1, exact=False) == 248  # 8 warps fit
 
 
 def test_hopper_config_refuses_a_split_off_the_chunk_grid():
@@ -55,6 +67,8 @@ def test_hopper_config_refuses_a_split_off_the_chunk_grid():
         HopperConfig(100)
     with pytest.raises(ValueError, match=r"stages must be in \[2, 12\], got 1"):
         HopperConfig(64, stages=1)
+    with pytest.raises(ValueError, match=r"maxnreg must be a multiple of 8 in \[24, 256\]"):
+        HopperConfig(64, maxnreg=100)
 
 
 @st.composite
@@ -71,9 +85,18 @@ def problems(draw):
 
 @on_hopper
 @settings(max_examples=40, deadline=None)
-@given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 64, 256]))
-def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, tokens_per_program):
-    config = None if tokens_per_program is None else HopperConfig(tokens_per_program)
+@given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 64, 192, 1024]), st.booleans(),
+       st.sampled_from([2, 4]))
+def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, tokens_per_program, row_warpgroups,
+                                                           stages):
+    """Every kind of cache, split and ring, one math warpgroup or one a query row; programs of 192 positions start
+    mid-page for 128-token pages, and 1024 positions wrap a 2-stage ring several times."""
+    config = None if tokens_per_program is None else HopperConfig(tokens_per_program, stages,
+                                                                  row_warpgroups=row_warpgroups)
+    if config is not None and row_warpgroups and precision == "exact" and problem.next_n == 4:
+        with pytest.raises(ValueError, match="cannot launch at next_n 4"):  # 20 warps x 128 registers
+            problem.call(fp8_paged_mqa_logits, precision=precision, config=config)
+        return
     out = torch.full((problem.batch * problem.next_n, problem.max_model_len), float("nan"), device="cuda")
     problem.call(fp8_paged_mqa_logits, precision=precision, config=config, out=out)  # NaN poison: all written
     verdict = check_logits(out, problem)
@@ -86,8 +109,9 @@ def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
     problem = random_problem([700, 1290, 5], next_n=2, block_size=64, layout="shuffle", seed=3, device="cuda")
     first = check_repeatable(lambda: problem.call(fp8_paged_mqa_logits, precision=precision))
     for tokens_per_program in (64, 192, 1344):
-        assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision,
-                                                 config=HopperConfig(tokens_per_program)))
+        for row_warpgroups in (False, True):
+            assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision, config=HopperConfig(
+                tokens_per_program, row_warpgroups=row_warpgroups)))
 
 
 @on_hopper
@@ -108,7 +132,8 @@ def test_hopper_kernel_gives_nan_for_bad_block_ids_without_reading_them():
 @on_hopper
 @pytest.mark.parametrize("block_size, layout, next_n, precision", [
     (16, "normal", 1, "fp8"), (16, "shuffle", 2, "exact"), (64, "normal", 3, "fp8"), (64, "shuffle", 1, "exact")])
-def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, layout, next_n, precision):
+@pytest.mark.parametrize("row_warpgroups", [False, True])
+def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, layout, next_n, precision, row_warpgroups):
     problem = random_problem([150, 70, 129], next_n=next_n, block_size=block_size, layout=layout, seed=12,
                              max_model_len=512, device="cuda")
     capacity = problem.block_tables.shape[1] * block_size
@@ -117,6 +142,7 @@ def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, lay
     for tables in (problem.block_tables, problem.block_tables[:, :0]):  # and an empty table
         out = torch.full((problem.batch * next_n, 512), 1.0e30, device="cuda")
         problem.replace(context_lens=lens, block_tables=tables).call(
-            fp8_paged_mqa_logits, precision=precision, check_values=False, out=out)
+            fp8_paged_mqa_logits, precision=precision, check_values=False, out=out,
+            config=HopperConfig(192, row_warpgroups=row_warpgroups))
         verdict = check_unchecked_logits(out, problem, lens, tables)
         assert verdict["nan_exact"] and verdict["nan"] > 0 and meets_contract(verdict, precision), verdict

@@ -1,6 +1,6 @@
 """FP8 paged MQA logits for Hopper (sm90), in Gluon: the cache is read by TMA, a loader warp keeps a ring of
-shared-memory stages full through mbarriers, and one math warpgroup multiplies each 64-position chunk by the
-queries with WGMMA, then applies relu, the weights, the head sum and the scales.
+shared-memory stages full through mbarriers, and a math warpgroup (or one for each query row) multiplies each
+64-position chunk by the queries with WGMMA, then applies relu, the weights, the head sum and the scales.
 
 Why each piece (the numbers are chapter 5's, measured on an H200):
 
@@ -18,8 +18,14 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   multiplies on fp16 tensor cores; the widened registers are already the fp16 operand once the head dim is
   reordered, so the queries are stored in that order too. Preshuffled pages are copied raw and read through
   the shuffle's own address map: the 16-byte rows a lane needs are contiguous, as on AMD.
+* **Warpgroups per row.** Triton pads the loader warp to a warpgroup, and every warp of a program holds the
+  program's register budget, so a program of one math warpgroup costs two warpgroups of registers. With
+  ``row_warpgroups`` each query row gets a math warpgroup of its own (N = 64, 64 registers a thread) reading the
+  same stages, and a stage is free once all of them have arrived: three rows fit two programs an SM (6 math
+  warpgroups) where one warpgroup for four padded rows fits two (2).
 * **The split.** Each program owns one sequence and a run of its positions; the launch rule
-  (:func:`preshuffle.kernels.launch.hopper_config`) picks how finely rows are split and how deep the ring is.
+  (:func:`preshuffle.kernels.launch.hopper_config`) picks how finely rows are split, how deep the ring is and
+  whether rows get warpgroups of their own.
 
 Every position of the output row is written: logits where the row may see the position, -inf past that, NaN
 where the block id is invalid (the same contract as the portable kernel).
@@ -35,9 +41,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .launch import CHUNK, HopperConfig, hopper_maxnreg
+from .launch import CHUNK, HopperConfig, hopper_registers
 
 HEAD_DIM = 128
+_CHUNK = gl.constexpr(CHUNK)  # positions per MMA (and per stage of the ring)
+_D = gl.constexpr(HEAD_DIM)
 MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized for
 
 
@@ -55,56 +63,72 @@ def supports(block_size: int, heads: int, head_dim: int, next_n: int) -> str | N
 
 
 @gluon.jit
-def _loader(descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read,
-            BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: for each chunk, a free stage, then TMA copies of its pages' values and scales."""
+def _id_group(row, n_entries, group, lanes):
+    """Block ids 32*group .. 32*group+31 of a program's row, -1 past the context or the table."""
+    e = group * 32 + lanes
+    return gl.load(row + e, mask=e < n_entries, other=-1)
+
+
+@gluon.jit
+def _fetch(i, cursor, descs, buffers, ready, row, n_entries, start,
+           BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr):
+    """TMA copies of chunk i's values and scales into stage i % STAGES (free by then), completing on its ready
+    barrier. ``cursor`` holds the block ids of the current and the next group of 32 (the next one loaded while the
+    current one is used); the updated cursor is returned."""
+    group, ids, next_ids = cursor
     kv_desc, sc_desc = descs
     kv_smem, sc_smem = buffers
-    ready, empty = bars
-    CHUNK_: gl.constexpr = 64
-    D: gl.constexpr = 128
-    COPIES: gl.constexpr = CHUNK_ // TOK
+    COPIES: gl.constexpr = _CHUNK // TOK
     SLOT: gl.constexpr = sc_smem.shape[2]
-    lanes = gl.arange(0, 32, layout=gl.BlockedLayout([1], [32], [1], [0]))
-    # Block ids 32 at a time, the next group loaded while this one is used. -1 past the context or the table.
+    lanes = gl.arange(0, 32, layout=ids.type.layout)
+    s = i % STAGES
+    bar = ready.index(s)
+    mbarrier.expect(bar, _CHUNK * _D + COPIES * SLOT * 4)
+    for c in gl.static_range(COPIES):
+        pos = start + (i * COPIES + c) * TOK
+        entry = pos // BLOCK_SIZE - start // BLOCK_SIZE   # in the row, from the program's first block
+        if entry // 32 != group:
+            group = entry // 32
+            ids = next_ids
+            next_ids = _id_group(row, n_entries, group + 1, lanes)
+        page = gl.sum(gl.where(lanes == entry % 32, ids, 0), axis=0)
+        dst = kv_smem.index(s).slice(c * TOK, TOK)._reinterpret(gl.float8e4nv, [1, TOK, _D], kv_desc.layout)
+        tma.async_copy_global_to_shared(kv_desc, [page, pos % BLOCK_SIZE, 0], bar, dst)
+        tma.async_copy_global_to_shared(sc_desc, [page, BLOCK_SIZE * (_D // 4) + pos % BLOCK_SIZE], bar,
+                                        sc_smem.index(s).slice(c, 1))
+    return group, ids, next_ids
+
+
+@gluon.jit
+def _row_ids(bt_ptr, bt_stride, bt_width, b, start, kv_len, BLOCK_SIZE: gl.constexpr):
+    """The start of a program's row of block ids (from its first block) and how many entries it may read."""
     first_entry = start // BLOCK_SIZE
-    n_entries = gl.minimum(gl.cdiv(kv_len, BLOCK_SIZE), bt_width)
-    row = bt_ptr + b * bt_stride + first_entry
-    ids = gl.load(row + lanes, mask=first_entry + lanes < n_entries, other=-1)
-    next_ids = gl.load(row + 32 + lanes, mask=first_entry + 32 + lanes < n_entries, other=-1)
-    group = 0
+    return bt_ptr + b * bt_stride + first_entry, gl.minimum(gl.cdiv(kv_len, BLOCK_SIZE), bt_width) - first_entry
+
+
+@gluon.jit
+def _loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr):
+    """The loader warp: for each chunk, a free stage, then its copies."""
+    descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read = loads
+    ready, empty = bars
+    row, n_entries = _row_ids(bt_ptr, bt_stride, bt_width, b, start, kv_len, BLOCK_SIZE)
+    lanes = gl.arange(0, 32, layout=gl.BlockedLayout([1], [32], [1], [0]))
+    cursor = (0, _id_group(row, n_entries, 0, lanes), _id_group(row, n_entries, 1, lanes))
     for i in range(n_read):
-        s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-        bar = ready.index(s)
-        mbarrier.expect(bar, CHUNK_ * D + COPIES * SLOT * 4)
-        for c in gl.static_range(COPIES):
-            copy = i * COPIES + c
-            entry = (copy * TOK) // BLOCK_SIZE
-            if entry // 32 != group:
-                group = entry // 32
-                ids = next_ids
-                next_ids = gl.load(row + (group + 1) * 32 + lanes,
-                                   mask=first_entry + (group + 1) * 32 + lanes < n_entries, other=-1)
-            page = gl.sum(gl.where(lanes == entry % 32, ids, 0), axis=0)
-            t0 = (start + copy * TOK) % BLOCK_SIZE
-            dst = kv_smem.index(s).slice(c * TOK, TOK)._reinterpret(gl.float8e4nv, [1, TOK, D], kv_desc.layout)
-            tma.async_copy_global_to_shared(kv_desc, [page, t0, 0], bar, dst)
-            tma.async_copy_global_to_shared(sc_desc, [page, BLOCK_SIZE * (D // 4) + t0], bar,
-                                            sc_smem.index(s).slice(c, 1))
+        mbarrier.wait(empty.index(i % STAGES), ((i // STAGES) & 1) ^ 1)
+        cursor = _fetch(i, cursor, descs, buffers, ready, row, n_entries, start, BLOCK_SIZE, TOK, STAGES)
 
 
 @gluon.jit
 def _scales(sc_smem, s, rows: gl.constexpr, TOK: gl.constexpr, num_warps: gl.constexpr):
     """The chunk's 64 scales from stage s: one slot, or TOK at the head of each copy's 128-byte slot (TMA's
     alignment in shared memory)."""
-    CHUNK_: gl.constexpr = 64
-    if TOK == CHUNK_:
-        return sc_smem.index(s)._reinterpret(gl.float32, [CHUNK_], gl.SwizzledSharedLayout(1, 1, 1, [0])).load(rows)
+    if TOK == _CHUNK:
+        return sc_smem.index(s)._reinterpret(gl.float32, [_CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0])).load(rows)
     else:
         lay: gl.constexpr = gl.BlockedLayout([1, 1], [32 // TOK if TOK < 32 else 1, TOK if TOK < 32 else 32],
                                              [num_warps, 1], [1, 0])
-        return gl.convert_layout(gl.reshape(sc_smem.index(s).slice(0, TOK, dim=1).load(lay), [CHUNK_]), rows)
+        return gl.convert_layout(gl.reshape(sc_smem.index(s).slice(0, TOK, dim=1).load(lay), [_CHUNK]), rows)
 
 
 @gluon.jit
@@ -137,10 +161,9 @@ def _keys(k_smem, a8: gl.constexpr, a16: gl.constexpr, SHUFFLED: gl.constexpr, E
 def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
                  J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr, CTX_2D: gl.constexpr):
     """relu, weights, head sum, scale, masks: the logits [64, GJ] of query rows J0 .. J0+GJ-1, stored."""
-    CHUNK_: gl.constexpr = 64
-    logits = gl.sum(gl.reshape(gl.maximum(acc, 0.0) * w[None, :], [CHUNK_, GJ, H]), axis=2)
+    logits = gl.sum(gl.reshape(gl.maximum(acc, 0.0) * w[None, :], [_CHUNK, GJ, H]), axis=2)
     lay: gl.constexpr = logits.type.layout
-    pos = first + gl.arange(0, CHUNK_, layout=gl.SliceLayout(1, lay))
+    pos = first + gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, lay))
     js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
     # s > 0, so relu(s * x) = s * relu(x): one multiply per position, after the head sum.
     logits = logits * gl.convert_layout(scale, gl.SliceLayout(1, lay))[:, None]
@@ -155,19 +178,18 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
 
 
 @gluon.jit
-def _math(ptrs, buffers, bars, bt_stride, bt_width, out_stride, num_blocks, b, start, end, kv_len, n_read,
-          NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr,
-          STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr, EXACT: gl.constexpr,
-          num_warps: gl.constexpr):
-    """One warpgroup: per chunk, MMAs of the keys against the queries of two rows at a time (one for next_n = 1),
-    each followed by its epilogue; then -inf for the positions past the context."""
+def _math(ptrs, buffers, bars, dims, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+          TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
+          EXACT: gl.constexpr, num_warps: gl.constexpr):
+    """One warpgroup, for query rows J0 .. J0+ROWS-1 (ROWS a power of two; rows past next_n are zero): per chunk,
+    MMAs of the keys against the queries of two rows at a time (one when ROWS is 1), each followed by its epilogue;
+    then -inf for its rows' positions past the context."""
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
+    out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read = dims
     kv_smem, sc_smem = buffers
     ready, empty = bars
-    CHUNK_: gl.constexpr = 64
-    D: gl.constexpr = 128
-    GJ: gl.constexpr = 2 if NP >= 2 else 1     # query rows per MMA
-    NG: gl.constexpr = NP // GJ                # MMAs per chunk
+    GJ: gl.constexpr = 2 if ROWS >= 2 else 1   # query rows per MMA
+    NG: gl.constexpr = ROWS // GJ              # MMAs per chunk
     N: gl.constexpr = GJ * H
     mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 32])
     a8: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma8, k_width=4)
@@ -182,37 +204,39 @@ def _math(ptrs, buffers, bars, bt_stride, bt_width, out_stride, num_blocks, b, s
     rows: gl.constexpr = gl.SliceLayout(1, mma)
     cols: gl.constexpr = gl.SliceLayout(0, mma)
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    J_END: gl.constexpr = J0 + ROWS if J0 + ROWS < NEXT_N else NEXT_N
 
-    # Queries [NP*H, D], row j*H + h (zero rows for j >= NEXT_N), into shared memory: WGMMA's B operand.
+    # Queries [ROWS*H, D], row j*H + h of query row J0 + j, into shared memory: WGMMA's B operand.
+    first_q = (b * NEXT_N + J0) * H
+    n_q = (NEXT_N - J0) * H                    # this warpgroup's rows that exist, times H
     qb: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
-    r = gl.arange(0, NP * H, layout=gl.SliceLayout(1, qb))
-    d = gl.arange(0, D, layout=gl.SliceLayout(0, qb))
-    q = gl.load(q_ptr + (b * NEXT_N * H + r).to(gl.int64)[:, None] * D + d[None, :],
-                mask=(r < NEXT_N * H)[:, None], other=0.0)
-    q_smem = gl.allocate_shared_memory(q_dtype, [NP * H, D],
-                                       gl.NVMMASharedLayout.get_default_for([NP * H, D], q_dtype))
+    r = gl.arange(0, ROWS * H, layout=gl.SliceLayout(1, qb))
+    d = gl.arange(0, _D, layout=gl.SliceLayout(0, qb))
+    q = gl.load(q_ptr + (first_q + r).to(gl.int64)[:, None] * _D + d[None, :], mask=(r < n_q)[:, None], other=0.0)
+    q_smem = gl.allocate_shared_memory(q_dtype, [ROWS * H, _D],
+                                       gl.NVMMASharedLayout.get_default_for([ROWS * H, _D], q_dtype))
     if EXACT:
-        q = _widen_order(q.to(gl.float16), NP * H)
+        q = _widen_order(q.to(gl.float16), ROWS * H)
     q_smem.store(q.to(q_dtype))
     fence_async_shared()
     if NG == 1:
         c = gl.arange(0, N, layout=cols)
-        w = gl.load(w_ptr + b * NEXT_N * H + c, mask=c < NEXT_N * H, other=0.0)
+        w = gl.load(w_ptr + first_q + c, mask=c < n_q, other=0.0)
     else:  # registers hold one MMA's weights at a time
-        c = gl.arange(0, NP * H, layout=flat)
-        w_smem = gl.allocate_shared_memory(gl.float32, [NP * H], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-        w_smem.store(gl.load(w_ptr + b * NEXT_N * H + c, mask=c < NEXT_N * H, other=0.0))
+        c = gl.arange(0, ROWS * H, layout=flat)
+        w_smem = gl.allocate_shared_memory(gl.float32, [ROWS * H], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        w_smem.store(gl.load(w_ptr + first_q + c, mask=c < n_q, other=0.0))
 
-    tok = gl.arange(0, CHUNK_, layout=rows)
-    zero = gl.zeros([CHUNK_, N], gl.float32, layout=mma)
+    tok = gl.arange(0, _CHUNK, layout=rows)
+    zero = gl.zeros([_CHUNK, N], gl.float32, layout=mma)
     bt_row = bt_ptr + b * bt_stride
     entry = (start + tok) // BLOCK_SIZE
     ids = gl.load(bt_row + entry, mask=(start + tok < kv_len) & (entry < bt_width), other=-1)
     for i in range(n_read):
         s = i % STAGES
-        first = start + i * CHUNK_
+        first = start + i * _CHUNK
         page_ok = (ids >= 0) & (ids < num_blocks)
-        nxt = first + CHUNK_ + tok                       # the next chunk's block ids, a chunk ahead
+        nxt = first + _CHUNK + tok                       # the next chunk's block ids, a chunk ahead
         entry = nxt // BLOCK_SIZE
         ids = gl.load(bt_row + entry, mask=(nxt < kv_len) & (entry < bt_width), other=-1)
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
@@ -231,13 +255,13 @@ def _math(ptrs, buffers, bars, bt_stride, bt_width, out_stride, num_blocks, b, s
             else:
                 wg = w_smem.slice(g * N, N).load(cols)
             _store_chunk(acc, wg, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
-                         J0=g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
+                         J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
 
     # Positions past the context: -inf, without touching the cache.
-    tail = gl.arange(0, CHUNK_, layout=flat)
-    neg_inf = gl.full([CHUNK_], float("-inf"), gl.float32, layout=flat)
-    for first in range(start + n_read * CHUNK_, end, CHUNK_):
-        for j in gl.static_range(NEXT_N):
+    tail = gl.arange(0, _CHUNK, layout=flat)
+    neg_inf = gl.full([_CHUNK], float("-inf"), gl.float32, layout=flat)
+    for first in range(start + n_read * _CHUNK, end, _CHUNK):
+        for j in gl.static_range(J0, J_END):
             gl.store(out_ptr + (b * NEXT_N + j).to(gl.int64) * out_stride + first + tail, neg_inf,
                      mask=first + tail < end)
 
@@ -247,9 +271,8 @@ def _hopper_kernel(q_ptr, kv_desc, sc_desc, w_ptr, ctx_ptr, bt_ptr, out_ptr,
                    bt_stride, bt_width, out_stride, max_model_len, tokens_per_program, num_blocks,
                    NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                    TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
-                   EXACT: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
-    CHUNK_: gl.constexpr = 64
-    D: gl.constexpr = 128
+                   EXACT: gl.constexpr, MATH_WGS: gl.constexpr, MATH_REGS: gl.constexpr,
+                   LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
     b = gl.program_id(0)
     start = gl.program_id(1) * tokens_per_program
     end = gl.minimum(start + tokens_per_program, max_model_len)
@@ -259,29 +282,53 @@ def _hopper_kernel(q_ptr, kv_desc, sc_desc, w_ptr, ctx_ptr, bt_ptr, out_ptr,
             kv_len = gl.maximum(kv_len, gl.load(ctx_ptr + b * NEXT_N + j))
     else:
         kv_len = gl.load(ctx_ptr + b)
-    n_read = gl.cdiv(gl.maximum(gl.minimum(end, kv_len) - start, 0), CHUNK_)
+    n_read = gl.cdiv(gl.maximum(gl.minimum(end, kv_len) - start, 0), _CHUNK)
 
     # Natural pages land 128-byte swizzled, as WGMMA reads them in place; preshuffled pages are copied raw into
     # the same (1024-byte aligned) ring.
-    kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, CHUNK_, D],
+    kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, _CHUNK, _D],
                                         gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
-    sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, CHUNK_ // TOK, sc_desc.block_type.shape[1]],
+    sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, _CHUNK // TOK, sc_desc.block_type.shape[1]],
                                         sc_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(empty.index(s), count=MATH_WGS)
 
     buffers = (kv_smem, sc_smem)
     bars = (ready, empty)
-    gl.warp_specialize([
-        (_math, ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
-                 bt_stride, bt_width, out_stride, num_blocks, b, start, end, kv_len, n_read,
-                 NEXT_N, NP, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
-        (_loader, ((kv_desc, sc_desc), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read,
-                   BLOCK_SIZE, TOK, STAGES)),
-    ], [1], [LOADER_REGS])
+    descs = (kv_desc, sc_desc)
+    ptrs = (q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr)
+    loads = (descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read)
+    dims = (out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read)
+    # One math warpgroup for all query rows, or one for each (fp8 only): each waits for the same stages, and a
+    # stage is free once every math warpgroup has arrived.
+    if MATH_WGS == 1:
+        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, num_warps)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [1], [LOADER_REGS])
+    elif MATH_WGS == 2:
+        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, num_warps)),
+                            (_math, (ptrs, buffers, bars, dims, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, 4)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 1], [MATH_REGS, LOADER_REGS])
+    elif MATH_WGS == 3:
+        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, num_warps)),
+                            (_math, (ptrs, buffers, bars, dims, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, 4)),
+                            (_math, (ptrs, buffers, bars, dims, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, 4)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 4, 1], [MATH_REGS, MATH_REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, num_warps)),
+                            (_math, (ptrs, buffers, bars, dims, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, 4)),
+                            (_math, (ptrs, buffers, bars, dims, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, 4)),
+                            (_math, (ptrs, buffers, bars, dims, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
+                                     CTX_2D, EXACT, 4)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))],
+                           [4, 4, 4, 1], [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
 
 
 def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, TensorDescriptor]:
@@ -336,10 +383,13 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     grid = (batch, triton.cdiv(max_model_len, config.tokens_per_program))
     dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, config.tokens_per_program,
             num_blocks)
+    maxnreg = hopper_registers(config, next_n, exact)
     constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
                       TOK=min(block_size, CHUNK), STAGES=config.stages, SHUFFLED=layout == "shuffle",
-                      CTX_2D=context_lens.dim() == 2, EXACT=exact, LOADER_REGS=config.loader_regs)
+                      CTX_2D=context_lens.dim() == 2, EXACT=exact,
+                      MATH_WGS=next_n if config.row_warpgroups else 1, MATH_REGS=maxnreg,
+                      LOADER_REGS=config.loader_regs)
     descs = descriptors(kv_cache, layout)
     compiled = _hopper_kernel[grid](q, *descs, weights, context_lens, block_tables, out, *dims, **constexprs,
-                                    num_warps=4, maxnreg=config.maxnreg or hopper_maxnreg(next_n, exact))
+                                    num_warps=4, maxnreg=maxnreg)
     return HopperLaunch(compiled, descs, grid, (*dims, *constexprs.values(), 4))

@@ -19,6 +19,7 @@ import triton
 from .. import device
 
 DOT_MODES = ("fp8", "fp8-acc32", "fp16")
+REGISTERS_PER_SM = 65536  # on every GPU from sm80 to sm90
 CHUNK, NUM_WARPS, NUM_STAGES = 64, 4, 5
 
 
@@ -85,24 +86,32 @@ def default_config(batch: int, max_model_len: int) -> LaunchConfig:
 class HopperConfig:
     """How one call of the Hopper kernel is cut: ``tokens_per_program`` positions per program (a multiple of 64),
     a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
-    programs share an SM, and ptxas must fit the math warpgroup in it; the loader warp gets ``loader_regs``)."""
+    programs share an SM, and ptxas must fit the math warpgroups in it; the loader warp gets ``loader_regs``).
+    ``row_warpgroups``: with next_n >= 2, a math warpgroup for each query row, all reading the same stages, instead
+    of one warpgroup for every row."""
 
     tokens_per_program: int
     stages: int = 4
     maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
     loader_regs: int = 40
+    row_warpgroups: bool = False
 
     def __post_init__(self):
         if self.tokens_per_program <= 0 or self.tokens_per_program % CHUNK:
             raise ValueError(f"tokens_per_program must be a positive multiple of {CHUNK}, got {self.tokens_per_program}")
         if not 2 <= self.stages <= 12:
             raise ValueError(f"stages must be in [2, 12], got {self.stages}")
+        if self.maxnreg is not None and (self.maxnreg % 8 or not 24 <= self.maxnreg <= 256):
+            raise ValueError(f"maxnreg must be a multiple of 8 in [24, 256] (setmaxnreg's range), got {self.maxnreg}")
 
 
 def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
     """Programs per SM for the Hopper kernel, from the H200 sweeps (benchmarks/NOTES.md): 2 for small batches (each
     row split across SMs), 4 once two query rows share an MMA, 8 from 256 sequences; the exact path, whose fp16
-    MMAs take longer, wants 4 at 128 sequences and 2 again at 4096."""
+    MMAs take longer, wants 4 at 128 sequences and 2 again at 4096. Three query rows (a warpgroup each): 2 below
+    256 sequences, then 8 (fp8) or 4 (exact)."""
+    if next_n == 3:
+        return 2 if batch < 256 else 4 if exact else 8
     if exact:
         return 2 if batch < 128 or batch >= 1024 else 4 if batch < 256 else 8
     if batch >= 256:
@@ -112,12 +121,32 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
 
 def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False,
                   programs_per_sm: int | None = None, stages: int = 4) -> HopperConfig:
-    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape."""
+    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape. Three
+    query rows get a math warpgroup each (10-14% faster than one warpgroup for all four padded rows at 64 and 256
+    sequences); at two rows one warpgroup was 3-5% faster."""
     pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact)
-    return HopperConfig(split_row(batch, max_model_len, pps), stages, hopper_maxnreg(next_n, exact))
+    rows = next_n == 3
+    return HopperConfig(split_row(batch, max_model_len, pps), stages, hopper_maxnreg(next_n, exact, rows),
+                        row_warpgroups=rows)
 
 
-def hopper_maxnreg(next_n: int, exact: bool) -> int:
-    """Registers a thread for the Hopper kernel: 80 fit one query row's fp8 accumulators (three programs an SM);
-    two rows, or the exact path's widened keys, need 128 (ptxas refuses fewer)."""
-    return 80 if next_n == 1 and not exact else 128
+def hopper_maxnreg(next_n: int, exact: bool, row_warpgroups: bool = False) -> int:
+    """Registers a thread for the Hopper kernel, the fewest ptxas fits without spilling (compiled for sm90a): 80
+    fit one query row's fp8 accumulators; two rows, or the exact path's widened keys, need 128. A warpgroup per
+    row fits in 64 (fp8), so that two programs of three rows (16 warps) share an SM."""
+    if exact:
+        return 128
+    if row_warpgroups:
+        return 64
+    return 80 if next_n == 1 else 128
+
+
+def hopper_registers(config: HopperConfig, next_n: int, exact: bool) -> int:
+    """The register budget a thread of ``config``'s program gets, checked: the program's warps (its math
+    warpgroups, and the loader warp, which Triton pads to a warpgroup) must fit in an SM's registers."""
+    maxnreg = config.maxnreg or hopper_maxnreg(next_n, exact, config.row_warpgroups)
+    warps = 4 * (next_n if config.row_warpgroups else 1) + 4
+    if warps * 32 * maxnreg > REGISTERS_PER_SM:
+        raise ValueError(f"{config} cannot launch at next_n {next_n}: {warps} warps x 32 threads x {maxnreg} registers "
+                         f"is more than an SM's {REGISTERS_PER_SM}; lower maxnreg or turn row_warpgroups off")
+    return maxnreg
