@@ -1,12 +1,15 @@
-"""Compare compiled launch configurations of the portable kernel on chosen shapes (H200), to set the rule in
+"""Compare compiled launch configurations of either kernel on chosen shapes (H200), to set the rules in
 preshuffle/kernels/launch.py. Every configuration is checked against the float64 reference (by the contract of its
-precision: ``dot`` fp16 is the exact path, fp8 the fp8 path) before it is timed.
+precision) before it is timed.
 
     python benchmarks/tune.py --out tune.json --shapes 0 2 4 --variants block64-normal \\
         --configs '{"chunk": 64, "num_warps": 4, "num_stages": 5}' '{"chunk": 128, "num_warps": 8, "num_stages": 4}'
 
-``--configs`` takes :class:`preshuffle.kernels.LaunchConfig` fields as JSON, except ``tokens_per_program``: each
-configuration is timed at every ``--programs-per-sm`` split (:func:`preshuffle.kernels.launch.config_for`).
+``--configs`` takes the fields of the kernel's configuration as JSON, except ``tokens_per_program``: each
+configuration is timed at every ``--programs-per-sm`` split (:func:`preshuffle.kernels.launch.split_row`). For
+``--kernel portable`` they are :class:`preshuffle.kernels.LaunchConfig` fields (``dot`` fp16 is the exact path);
+for ``--kernel hopper``, :class:`preshuffle.kernels.HopperConfig` fields and ``precision`` (fp8, the default, or
+exact), e.g. ``'{"precision": "exact", "row_warpgroups": true, "stages": 6}'``.
 """
 
 import argparse
@@ -17,27 +20,50 @@ import torch
 from tqdm import tqdm
 
 from preshuffle import benchmark
-from preshuffle.kernels import LaunchConfig
-from preshuffle.kernels.launch import config_for
+from preshuffle.kernels import HopperConfig, LaunchConfig
+from preshuffle.kernels.launch import config_for, hopper_maxnreg, split_row
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import benchmark_problem
 
 SPLIT_FIELD = "tokens_per_program"  # set by each --programs-per-sm, not by --configs
-CONFIG_FIELDS = [f.name for f in dataclasses.fields(LaunchConfig) if f.name != SPLIT_FIELD]
+CONFIG_FIELDS = {"portable": [f.name for f in dataclasses.fields(LaunchConfig) if f.name != SPLIT_FIELD],
+                 "hopper": ["precision"] + [f.name for f in dataclasses.fields(HopperConfig) if f.name != SPLIT_FIELD]}
 
 
-def parse_config(text: str) -> dict:
-    """The LaunchConfig fields of one --configs value, checked before any GPU time is spent."""
+def parse_config(text: str, kernel: str = "portable") -> dict:
+    """The configuration fields of one --configs value, checked before any GPU time is spent."""
     try:
         fields = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"--configs {text!r} is not JSON: {exc}") from None
-    if not isinstance(fields, dict) or set(fields) - set(CONFIG_FIELDS):
-        raise ValueError(f"--configs {text!r}: expected a JSON object with keys among {CONFIG_FIELDS}")
-    LaunchConfig(**fields)  # raises ValueError on a bad value
+    if not isinstance(fields, dict) or set(fields) - set(CONFIG_FIELDS[kernel]):
+        raise ValueError(f"--configs {text!r}: expected a JSON object with keys among {CONFIG_FIELDS[kernel]}")
+    if kernel == "portable":  # raises ValueError on a bad value
+        LaunchConfig(**fields)
+    else:
+        _hopper_fields(fields, 1)
     return fields
+
+
+def _hopper_fields(fields: dict, next_n: int) -> tuple[str, dict]:
+    fields = dict(fields)
+    precision = fields.pop("precision", "fp8")
+    if precision not in ("fp8", "exact"):
+        raise ValueError(f"precision must be fp8 or exact, got {precision!r}")
+    fields.setdefault("maxnreg", hopper_maxnreg(next_n, precision == "exact", fields.get("row_warpgroups", False)))
+    HopperConfig(64, **fields)
+    return precision, fields
+
+
+def make_config(kernel: str, fields: dict, batch: int, max_model_len: int, programs_per_sm: int, next_n: int = 1):
+    """(precision, configuration) of one --configs value at a split."""
+    if kernel == "portable":
+        precision = "exact" if fields.get("dot", LaunchConfig.dot) == "fp16" else "fp8"
+        return precision, config_for(batch, max_model_len, programs_per_sm=programs_per_sm, **fields)
+    precision, fields = _hopper_fields(fields, next_n)
+    return precision, HopperConfig(split_row(batch, max_model_len, programs_per_sm), **fields)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--shape", type=int, nargs=3, action="append", default=[], metavar=("BATCH", "NEXT_N", "AVG_CTX"),
                     help="a shape of your own (repeatable)")
     ap.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["block64-normal"])
-    ap.add_argument("--configs", nargs="+", required=True, help="LaunchConfig fields as JSON, one object each")
+    ap.add_argument("--kernel", choices=list(CONFIG_FIELDS), default="portable")
+    ap.add_argument("--configs", nargs="+", required=True,
+                    help="configuration fields as JSON, one object each (see above)")
     ap.add_argument("--programs-per-sm", type=int, nargs="+", default=[1, 4, 8, 16])
     return ap
 
@@ -61,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not shapes:
         ap.error("give --shapes or --shape")
     try:
-        configs = [parse_config(text) for text in args.configs]
+        configs = [parse_config(text, args.kernel) for text in args.configs]
     except (ValueError, TypeError) as exc:
         ap.error(str(exc))
     record = {"provenance": benchmark.provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "rows": []}
@@ -69,10 +97,10 @@ def main(argv: list[str] | None = None) -> dict:
         problem = benchmark_problem(shape, *VARIANTS[variant])
         reference = problem.call(reference_and_magnitude)
         for fields in configs:
-            precision = "exact" if fields.get("dot", LaunchConfig.dot) == "fp16" else "fp8"
             checked = None  # the first split is compared with the reference, the others with it, bit for bit
             for pps in args.programs_per_sm:
-                config = config_for(shape.batch, problem.max_model_len, programs_per_sm=pps, **fields)
+                precision, config = make_config(args.kernel, fields, shape.batch, problem.max_model_len, pps,
+                                                shape.next_n)
                 fn = benchmark.kernel_fn(problem, precision, config)
                 row = benchmark.measure(fn, problem, reference, precision=precision,
                                         copy_bytes_per_s=record["copy_bytes_per_s"], checked=checked)
@@ -84,7 +112,19 @@ def main(argv: list[str] | None = None) -> dict:
         torch.cuda.empty_cache()
         with open(args.out, "w") as f:
             json.dump(record, f, indent=1)
+    print(summary(record["rows"]))
     return record
+
+
+def summary(rows: list[dict]) -> str:
+    """The best split of every configuration on every shape and cache, one line each."""
+    best = {}
+    for row in rows:
+        key = (row["shape"], row["variant"], json.dumps(row["config"]))
+        if "us" in row and (key not in best or row["us"] < best[key]["us"]):
+            best[key] = row
+    return "\n".join(f"{s:28s} {v:15s} {c:60s} pps {r['pps']:2d} {r['us']:9.1f} us {r['pct_copy']:5.1f}%"
+                     for (s, v, c), r in best.items())
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ the SM count stubbed, so the example cannot rot."""
 
 import importlib.util
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -60,3 +61,26 @@ def test_main_rejects_a_bad_config_before_timing(tune, tmp_path, capsys, config,
         tune.main(["--out", str(tmp_path / "t.json"), "--shapes", "0", "--configs", config])
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("config, message", [
+    ('{"precision": "fp16"}', "precision must be fp8 or exact, got 'fp16'"),
+    ('{"stages": 1}', r"stages must be in \[2, 12\], got 1"),
+    ('{"chunk": 64}', "expected a JSON object with keys among"),
+])
+def test_main_rejects_a_bad_hopper_config_before_timing(tune, tmp_path, capsys, config, message):
+    with pytest.raises(SystemExit) as exit_info:
+        tune.main(["--out", str(tmp_path / "t.json"), "--shapes", "0", "--kernel", "hopper", "--configs", config])
+    assert exit_info.value.code == 2 and re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_hopper_configs_take_the_register_budget_of_their_path(tune, monkeypatch):
+    monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
+    precision, config = tune.make_config("hopper", {"row_warpgroups": True}, 64, 8192, 4, 2)
+    assert precision == "fp8" and config.maxnreg == 64 and config.row_warpgroups
+    assert config.tokens_per_program == launch.split_row(64, 8192, 4)
+    precision, config = tune.make_config("hopper", {"maxnreg": 96}, 64, 8192, 4)
+    assert precision == "fp8" and config.maxnreg == 96 and not config.row_warpgroups
+    precision, config = tune.make_config("hopper", {"precision": "exact"}, 64, 8192, 4, 2)
+    assert precision == "exact" and config.maxnreg == 128

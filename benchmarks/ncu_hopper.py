@@ -1,0 +1,35 @@
+"""One launch of the Hopper kernel for `ncu` (after a first, compiling call):
+
+    ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel \\
+        python benchmarks/ncu_hopper.py 64 2 8192 '{"row_warpgroups": true}'
+
+Arguments: batch, next_n, average context, and HopperConfig fields as JSON (tokens_per_program from the launch rule
+unless given); precision fp8 unless the JSON names "precision"."""
+
+import json
+import sys
+
+import torch
+
+from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits
+from preshuffle.kernels.launch import hopper_config
+from preshuffle.shapes import Shape
+from preshuffle.testing.inputs import benchmark_problem
+
+
+def main(argv):
+    batch, next_n, avg_ctx = (int(x) for x in argv[:3])
+    fields = json.loads(argv[3]) if len(argv) > 3 else {}
+    precision = fields.pop("precision", "fp8")
+    problem = benchmark_problem(Shape(batch, next_n, avg_ctx), 64, "normal")
+    rule = hopper_config(batch, next_n, problem.max_model_len, exact=precision == "exact")
+    fields.setdefault("tokens_per_program", rule.tokens_per_program)
+    config = HopperConfig(**fields)
+    for _ in range(2):
+        problem.call(fp8_paged_mqa_logits, precision=precision, check_values=False, config=config)
+    torch.cuda.synchronize()
+    print("done", batch, next_n, avg_ctx, precision, config)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

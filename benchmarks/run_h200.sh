@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The steps of the H200 runs in benchmarks/NOTES.md, as run on the lent GPU machine, whose image has torch and
+# Triton: the notebook and test tools travel as wheels in .whl/, DeepGEMM's tarball and build script in .anchor/
+# (../shared/tools/deepgemm/README.md).
+#   bash benchmarks/run_h200.sh OUTDIR STEP...
+# STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
+# ncu (benchmarks/ncu_hopper.py under ncu), deepgemm (build it), bench (python -m preshuffle bench --against deepgemm), tests (every test), nbval.
+set -uo pipefail
+out=$1
+shift
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+for step; do
+  echo "== $step $(date -u +%T)"
+  case $step in
+    hopper-tests) python3 -m pytest -q -p no:cacheprovider tests/test_kernels_hopper.py 2>&1 \
+                    | tee "$out/hopper-tests.log" | tail -4 ;;
+    sweep) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-n1.json" --shapes 0 2 3 4 5 6 \
+             --programs-per-sm 1 2 4 8 16 --configs '{}' '{"maxnreg": 64}' '{"maxnreg": 64, "stages": 6}' \
+             '{"precision": "exact"}' > "$out/sweep-n1.log" 2>&1
+           python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-mtp.json" --shapes 1 7 \
+             --shape 64 3 8192 --shape 256 3 8192 --programs-per-sm 1 2 4 8 16 --configs '{}' \
+             '{"row_warpgroups": true}' '{"row_warpgroups": true, "maxnreg": 64}' \
+             '{"row_warpgroups": true, "stages": 6}' '{"precision": "exact"}' \
+             '{"precision": "exact", "row_warpgroups": true}' > "$out/sweep-mtp.log" 2>&1
+           tail -24 "$out/sweep-n1.log"; tail -24 "$out/sweep-mtp.log" ;;
+    ncu) for args in "64 1 8192 {}" "64 2 8192 {}" "64 2 8192 {\"row_warpgroups\":true}" \
+                     "64 3 8192 {\"row_warpgroups\":true,\"maxnreg\":64}"; do
+           set -- $args
+           ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel \
+             --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+             --section MemoryWorkloadAnalysis python3 benchmarks/ncu_hopper.py "$@"
+         done > "$out/ncu.txt" 2>&1; grep -E "done|Duration|Throughput|Stall|Warp Cycles|Issued|Eligible|Active Warps|Theoretical Occ" "$out/ncu.txt" | head -80 ;;
+    deepgemm) eval "$(bash .anchor/build.sh .anchor/deepgemm-54e2261.tar.gz)" || exit 1 ;;
+    bench) python3 -m preshuffle bench --against deepgemm --out "$out/h200.json" 2>&1 | tail -45 ;;
+    tests) python3 -m pytest -p no:cacheprovider tests 2>&1 | tee "$out/h200-pytest.log" | tail -6 ;;
+    nbval) python3 -m pytest -p no:cacheprovider notebooks --nbval --nbval-current-env 2>&1 \
+             | tee "$out/h200-nbval.log" | tail -6 ;;
+  esac
+done
