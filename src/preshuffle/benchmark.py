@@ -21,7 +21,7 @@ from dataclasses import asdict
 import torch
 
 from . import deepgemm
-from .kernels import HopperConfig, fp8_paged_mqa_logits, kernel_for
+from .kernels import HopperConfig, cached_launch, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, hopper_config, whole_row
 from .kernels.tl_tma import tl_tma_logits
 from .problem import PagedMQAProblem
@@ -74,6 +74,25 @@ def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, c
 def kernel_fn(problem: PagedMQAProblem, precision: str, config=None):
     """The unchecked call a server makes (no host sync), through the package's entry point."""
     return lambda: problem.call(fp8_paged_mqa_logits, precision=precision, check_values=False, config=config)
+
+
+def host_parts(problem: PagedMQAProblem) -> dict:
+    """Microseconds of host time of an unchecked fp8 call (``call``), of the same call writing into a given
+    ``out`` (``call_with_out``), and of its parts alone: finding the cached launch (``lookup``, which builds the
+    key), allocating the output (``alloc``) and the launch itself (``launch``: Triton's C launcher and the
+    driver)."""
+    call = kernel_fn(problem, "fp8")
+    out = call()
+    q, _, weights, context_lens, block_tables, _ = problem.args
+    parts = {"call": timing.host_us(call),
+             "call_with_out": timing.host_us(lambda: problem.call(fp8_paged_mqa_logits, precision="fp8",
+                                                                  check_values=False, out=out)),
+             "lookup": timing.host_us(lambda: problem.call(cached_launch, precision="fp8")),
+             "alloc": timing.host_us(lambda: torch.empty(out.shape, dtype=torch.float32, device=out.device))}
+    launch = problem.call(cached_launch, precision="fp8")
+    if launch is not None:  # the Hopper kernel (the portable one launches through Triton's JIT every call)
+        parts["launch"] = timing.host_us(lambda: launch(q, weights, context_lens, block_tables, out))
+    return parts
 
 
 def torch_fn(problem: PagedMQAProblem):
@@ -153,7 +172,7 @@ def _jobs(shapes, variants):
 
 def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = True,
         steps: bool = True, torch_baseline: bool = True, on_row=None) -> dict:
-    """The whole measurement: the copy ceiling, then for every shape and cache our kernel in both precisions;
+    """The whole measurement: the copy ceiling and the timer's floor, then for every shape and cache our kernel in both precisions;
     on DeepGEMM's cache (block64-normal) also DeepGEMM (or, for next_n = 3, DeepGEMM on the flattened rows), the
     splits beside the launch rule, the eager call, the host's time per call and a clean-L2 flush on
     :data:`HOST_SHAPES`, chapter 5's ladder on :data:`LADDER_SHAPES`, and the vectorised PyTorch baseline where it
@@ -162,7 +181,8 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
 
     timing.refuse_interpreter()
     dg = deepgemm.load() if against_deepgemm else None
-    record = {"provenance": provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "contracts": CONTRACTS,
+    record = {"provenance": provenance(), "copy_bytes_per_s": timing.copy_bandwidth(),
+              "timer_floor_us": 1e3 * timing.floor_ms(), "contracts": CONTRACTS,
               "deepgemm": getattr(dg, "__version__", "imported") if dg else None, "rows": [], "host_us": []}
     ceiling = record["copy_bytes_per_s"]
 
@@ -202,7 +222,9 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                                                   precision="fp8", copy_bytes_per_s=ceiling, masked=True))
             if shape in HOST_SHAPES:
                 fn = kernel_fn(problem, "fp8")
-                record["host_us"].append({"shape": asdict(shape), "kernel": kernel, "us": timing.host_us(fn)})
+                parts = host_parts(problem)
+                record["host_us"].append({"shape": asdict(shape), "kernel": kernel, "us": parts.pop("call"),
+                                          "parts": parts})
                 add(shape, name, kernel=kernel, precision="fp8", timing="graph-clean-l2", rule=True,
                     **measure(fn, problem, reference, precision="fp8", copy_bytes_per_s=ceiling, clean_l2=True))
                 if dg is not None and deepgemm.refusal(problem) is None:

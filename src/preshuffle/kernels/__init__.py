@@ -14,7 +14,7 @@ from ..contract import check_inputs, output_tensor
 from .launch import HopperConfig, LaunchConfig, default_config, hopper_config
 from .portable import portable_paged_mqa_logits
 
-__all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
+__all__ = ["HopperConfig", "LaunchConfig", "cached_launch", "fp8_paged_mqa_logits", "kernel_for"]
 
 # The portable kernel's MMA for each precision: fp8 values widened to fp16 (exact products, fp32 sums), or fp8.
 _DOT = {"exact": "fp16", "fp8": "fp8"}
@@ -45,6 +45,14 @@ def _launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len,
             context_lens.is_contiguous(), context_lens.data_ptr() % 16, block_tables.shape, block_tables.dtype,
             block_tables.device, block_tables.stride(), block_tables.data_ptr() % 16, max_model_len, layout,
             precision, config, out is None or out.data_ptr() % 16)
+
+
+def cached_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
+                  precision: str | None = None, config=None, out: torch.Tensor | None = None):
+    """The compiled Hopper launch that an unchecked call with these arguments repeats (called with ``q``,
+    ``weights``, ``context_lens``, ``block_tables`` and ``out``), or None before the first such call."""
+    return _LAUNCHES.get(_launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
+                                     precision, config, out))
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",

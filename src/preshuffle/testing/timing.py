@@ -60,6 +60,13 @@ def host_us(fn, calls: int = 100) -> float:
     return elapsed / calls * 1e6
 
 
+def floor_ms(**kwargs) -> float:
+    """What :func:`time_ms` gives a kernel that does nothing (one element, replayed from a CUDA graph): the launch
+    and the timer, under which no kernel's time falls."""
+    one = torch.zeros(1, device="cuda")
+    return time_ms(lambda: one.add_(1.0), **kwargs)
+
+
 def copy_bandwidth(nbytes: int = 4 << 30) -> float:
     """The HBM ceiling: a large device-to-device copy, bytes read + written per second."""
     refuse_interpreter()
