@@ -21,7 +21,7 @@ from dataclasses import asdict
 import torch
 
 from . import deepgemm
-from .kernels import HopperConfig, cached_launch, fp8_paged_mqa_logits, kernel_for
+from .kernels import HopperConfig, _cached_launch, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, hopper_config, whole_row
 from .kernels.tl_tma import tl_tma_logits
 from .problem import PagedMQAProblem
@@ -87,9 +87,9 @@ def host_parts(problem: PagedMQAProblem) -> dict:
     parts = {"call": timing.host_us(call),
              "call_with_out": timing.host_us(lambda: problem.call(fp8_paged_mqa_logits, precision="fp8",
                                                                   check_values=False, out=out)),
-             "lookup": timing.host_us(lambda: problem.call(cached_launch, precision="fp8")),
+             "lookup": timing.host_us(lambda: problem.call(_cached_launch, precision="fp8")),
              "alloc": timing.host_us(lambda: torch.empty(out.shape, dtype=torch.float32, device=out.device))}
-    launch = problem.call(cached_launch, precision="fp8")
+    launch = problem.call(_cached_launch, precision="fp8")
     if launch is not None:  # the Hopper kernel (the portable one launches through Triton's JIT every call)
         parts["launch"] = timing.host_us(lambda: launch(q, weights, context_lens, block_tables, out))
     return parts

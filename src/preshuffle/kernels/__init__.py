@@ -14,7 +14,7 @@ from ..contract import check_inputs, output_tensor
 from .launch import HopperConfig, LaunchConfig, default_config, hopper_config
 from .portable import portable_paged_mqa_logits
 
-__all__ = ["HopperConfig", "LaunchConfig", "cached_launch", "fp8_paged_mqa_logits", "kernel_for"]
+__all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
 
 # The portable kernel's MMA for each precision: fp8 values widened to fp16 (exact products, fp32 sums), or fp8.
 _DOT = {"exact": "fp16", "fp8": "fp8"}
@@ -47,10 +47,10 @@ def _launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len,
             precision, config, out is None or out.data_ptr() % 16)
 
 
-def cached_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
-                  precision: str | None = None, config=None, out: torch.Tensor | None = None):
-    """The compiled Hopper launch that an unchecked call with these arguments repeats (called with ``q``,
-    ``weights``, ``context_lens``, ``block_tables`` and ``out``), or None before the first such call."""
+def _cached_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
+                   precision: str | None = None, config=None, out: torch.Tensor | None = None):
+    """The compiled Hopper launch that an unchecked call with these arguments repeats, or None before the first
+    such call; for timing the launch alone (it passes addresses unchecked: call it with the call's own tensors)."""
     return _LAUNCHES.get(_launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
                                      precision, config, out))
 

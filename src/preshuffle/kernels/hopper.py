@@ -370,8 +370,11 @@ class HopperLaunch:
         self.grid, self.fixed = grid, fixed
 
     def __call__(self, q, weights, context_lens, block_tables, out):
-        self.raw(self.grid[0], self.grid[1], 1, torch._C._cuda_getCurrentRawStream(q.device.index), *self.head, q,
-                 *self.descs, weights, context_lens, block_tables, out, *self.fixed)
+        # Addresses as ints: the launcher then skips its own data_ptr call and driver query for each tensor (the
+        # call's cache key already holds their devices).
+        self.raw(self.grid[0], self.grid[1], 1, torch._C._cuda_getCurrentRawStream(q.get_device()), *self.head,
+                 q.data_ptr(), *self.descs, weights.data_ptr(), context_lens.data_ptr(), block_tables.data_ptr(),
+                 out.data_ptr(), *self.fixed)
 
 
 def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_len, out, *, layout: str,
