@@ -43,21 +43,26 @@ def time_ms(fn, *, graph: bool = True, clean_l2: bool = False, warmup: int = 25,
         active.clear_cache = writing
 
 
-def host_us(fn, calls: int = 100) -> float:
+def host_us(fn, calls: int = 100, batch: int = 10) -> float:
     """Microseconds of host time per call of ``fn`` (what Python and the launcher cost, the GPU left to itself):
-    ``calls`` calls in a row, timed on the host, after a warm-up."""
+    after a warm-up, ``calls`` calls in batches of ``batch``, each batch timed on the host and the GPU drained
+    between batches, so that a queue of pending kernels never holds a launch back; the median batch's time per
+    call."""
     refuse_interpreter()
+    import statistics
     import time
 
     for _ in range(5):
         fn()
+    per_call = []
+    for _ in range(calls // batch):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        per_call.append((time.perf_counter() - start) / batch)
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    return statistics.median(per_call) * 1e6
 
 
 def floor_ms(**kwargs) -> float:
