@@ -19,7 +19,7 @@ import json
 import torch
 from tqdm import tqdm
 
-from preshuffle import benchmark
+from preshuffle import benchmark, report
 from preshuffle.kernels import HopperConfig, LaunchConfig
 from preshuffle.kernels.launch import config_for, hopper_maxnreg, split_row
 from preshuffle.reference import reference_and_magnitude
@@ -118,13 +118,8 @@ def main(argv: list[str] | None = None) -> dict:
 
 def summary(rows: list[dict]) -> str:
     """The best split of every configuration on every shape and cache, one line each."""
-    best = {}
-    for row in rows:
-        key = (row["shape"], row["variant"], json.dumps(row["config"]))
-        if "us" in row and (key not in best or row["us"] < best[key]["us"]):
-            best[key] = row
     return "\n".join(f"{s:28s} {v:15s} {c:60s} pps {r['pps']:2d} {r['us']:9.1f} us {r['pct_copy']:5.1f}%"
-                     for (s, v, c), r in best.items())
+                     for (s, v, c), r in report.best_splits(rows).items())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """Reading the committed H200 results: every timed row was checked first, and the derived numbers follow from the
 raw ones."""
 
+import json
+
 import pytest
 
 from preshuffle import negotiation, report
@@ -19,8 +21,8 @@ def test_load_every_timed_row_was_checked_against_its_contract_first(record):
     timed = [r for r in record["rows"] if "us" in r]
     assert len(timed) == len(record["rows"])
     assert all(r["meets_contract"] and r["same_inf_pattern"] for r in timed)
-    # DeepGEMM's repeats were compared with its unwritten positions included, which hold garbage: not measured.
-    assert all(r["bitwise_repeatable"] is (None if r["kernel"].startswith("deepgemm") else True) for r in timed)
+    # DeepGEMM's repeats too, compared through the reference's -inf pattern (it leaves those positions unwritten).
+    assert all(r["bitwise_repeatable"] is True for r in timed)
     contracts = record["contracts"]
     assert all(r["max_rel_error"] <= contracts[r["precision"]]["max_rel_error"] for r in timed)
 
@@ -179,3 +181,25 @@ def test_workload_bars_share_follows_from_the_row(record):
 def test_workload_bars_rejects_unknown_variants(record, block_size, layout, precision, message):
     with pytest.raises(ValueError, match=message):
         report.workload_bars(record, 64, 8192, 1, block_size, layout, precision)
+
+
+def test_best_splits_keep_the_fastest_timed_split_of_each_configuration():
+    rows = [{"shape": "s", "variant": "v", "config": {"a": 1}, "pps": 2, "us": 5.0},
+            {"shape": "s", "variant": "v", "config": {"a": 1}, "pps": 4, "us": 4.0},
+            {"shape": "s", "variant": "v", "config": {"a": 1}, "pps": 8},  # failed its contract: not timed
+            {"shape": "s", "variant": "v", "config": {}, "pps": 2, "us": 6.0}]
+    best = report.best_splits(rows)
+    assert {key: row["pps"] for key, row in best.items()} == {("s", "v", '{"a": 1}'): 4, ("s", "v", "{}"): 2}
+
+
+@pytest.mark.parametrize("batch", [64, 256])
+def test_the_next_n_3_rule_is_the_committed_sweeps_fastest_fp8_launch(monkeypatch, batch):
+    from preshuffle.kernels import launch
+
+    monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
+    best = report.best_splits(report.load(report.RESULTS / "h200-hopper-sweep.json")["rows"])
+    fp8 = {c: r for (s, _, c), r in best.items() if s == f"B={batch} next_n=3 ctx=8192" and "exact" not in c}
+    fastest = min(fp8, key=lambda c: fp8[c]["us"])
+    rule = launch.hopper_config(batch, 3, 8192)
+    assert json.loads(fastest) == {"row_warpgroups": rule.row_warpgroups, "maxnreg": rule.maxnreg}
+    assert fp8[fastest]["pps"] == launch.hopper_programs_per_sm(batch, 3, exact=False)

@@ -110,6 +110,17 @@ def clean_l2(record: dict) -> list[dict]:
     return out
 
 
+def best_splits(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
+    """The fastest split of every configuration on every shape and cache of a launch sweep
+    (``benchmarks/tune.py``'s rows): ``{(shape label, variant, configuration as JSON): row}``."""
+    best = {}
+    for row in rows:
+        key = (row["shape"], row["variant"], json.dumps(row["config"]))
+        if "us" in row and (key not in best or row["us"] < best[key]["us"]):
+            best[key] = row
+    return best
+
+
 def host_us(record: dict) -> dict[Shape, float]:
     """Host time of one unchecked call, per shape measured."""
     return {Shape(**h["shape"]): h["us"] for h in record.get("host_us", [])}
