@@ -1,5 +1,10 @@
-"""The Hopper (sm90) kernel: its dimensions, descriptors and launch rule everywhere; against the float64
-reference, in both precisions, where an sm90 GPU runs it."""
+"""The Hopper (sm90) kernel: its dimensions, descriptors, launch rule and sm90a build (compiled without a GPU)
+everywhere; against the float64 reference, in both precisions, where an sm90 GPU runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -149,3 +154,19 @@ def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, lay
             config=HopperConfig(192, row_warpgroups=row_warpgroups))
         verdict = check_unchecked_logits(out, problem, lens, tables)
         assert verdict["nan_exact"] and verdict["nan"] > 0 and meets_contract(verdict, precision), verdict
+
+
+def test_every_path_compiles_for_sm90a_within_its_register_budget():
+    """benchmarks/compile_hopper.py compiles the kernel for sm90a on any machine: every path fits its register
+    budget without spilling, and a program holds its math warpgroups and the loader warp padded to a warpgroup, the
+    count launch.hopper_registers checks against an SM's registers."""
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "compile_hopper.py"
+    done = subprocess.run([sys.executable, str(tool), "--json"], capture_output=True, text=True, check=True)
+    variants = json.loads(done.stdout)
+    assert len(variants) == 8
+    for r in variants:
+        next_n, _, _, exact, row_warpgroups = r["variant"]
+        assert r["stack"] == 0, r
+        assert r["registers"] <= launch.hopper_maxnreg(next_n, exact, row_warpgroups), r
+        assert r["warps"] == 4 * (next_n if row_warpgroups else 1) + 4, r
+        assert r["gmma"] > 0, r  # the MMAs are warpgroup MMAs (HGMMA/QGMMA), not a fallback

@@ -178,12 +178,13 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
 
 
 @gluon.jit
-def _math(ptrs, buffers, bars, dims, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-          TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
-          EXACT: gl.constexpr, num_warps: gl.constexpr):
+def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr,
+          BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr,
+          CTX_2D: gl.constexpr, EXACT: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup, for query rows J0 .. J0+ROWS-1 (ROWS a power of two; rows past next_n are zero): per chunk,
     MMAs of the keys against the queries of two rows at a time (one when ROWS is 1), each followed by its epilogue;
     then -inf for its rows' positions past the context."""
+    ptrs, buffers, bars, dims = work
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
     out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read = dims
     kv_smem, sc_smem = buffers
@@ -296,39 +297,36 @@ def _hopper_kernel(q_ptr, kv_desc, sc_desc, w_ptr, ctx_ptr, bt_ptr, out_ptr,
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=MATH_WGS)
 
+    # Runtime values travel to the partitions in tuples; constexprs one by one (a tuple would make them values).
     buffers = (kv_smem, sc_smem)
     bars = (ready, empty)
-    descs = (kv_desc, sc_desc)
-    ptrs = (q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr)
-    loads = (descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read)
-    dims = (out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read)
-    # One math warpgroup for all query rows, or one for each (fp8 only): each waits for the same stages, and a
-    # stage is free once every math warpgroup has arrived.
+    loads = ((kv_desc, sc_desc), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read)
+    work = ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
+            (out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read))
+    # One math warpgroup for all query rows, or one for each: each waits for the same stages, and a stage is free
+    # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:
-        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, num_warps)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [1], [LOADER_REGS])
+        gl.warp_specialize([
+            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [1], [LOADER_REGS])
     elif MATH_WGS == 2:
-        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, num_warps)),
-                            (_math, (ptrs, buffers, bars, dims, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, 4)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 1], [MATH_REGS, LOADER_REGS])
+        gl.warp_specialize([
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 1], [MATH_REGS, LOADER_REGS])
     elif MATH_WGS == 3:
-        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, num_warps)),
-                            (_math, (ptrs, buffers, bars, dims, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, 4)),
-                            (_math, (ptrs, buffers, bars, dims, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, 4)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 4, 1], [MATH_REGS, MATH_REGS, LOADER_REGS])
+        gl.warp_specialize([
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 4, 1], [MATH_REGS, MATH_REGS, LOADER_REGS])
     else:
-        gl.warp_specialize([(_math, (ptrs, buffers, bars, dims, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, num_warps)),
-                            (_math, (ptrs, buffers, bars, dims, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, 4)),
-                            (_math, (ptrs, buffers, bars, dims, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, 4)),
-                            (_math, (ptrs, buffers, bars, dims, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED,
-                                     CTX_2D, EXACT, 4)), (_loader, (loads, BLOCK_SIZE, TOK, STAGES))],
-                           [4, 4, 4, 1], [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
+        gl.warp_specialize([
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
+            (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 4, 4, 1], [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
 
 
 def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, TensorDescriptor]:
@@ -377,6 +375,17 @@ class HopperLaunch:
                  out.data_ptr(), *self.fixed)
 
 
+def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx_2d: bool, exact: bool,
+                   config: HopperConfig) -> tuple[dict, int]:
+    """The kernel's constexprs for a call of these dimensions, and its register budget a thread."""
+    maxnreg = hopper_registers(config, next_n, exact)
+    constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
+                      TOK=min(block_size, CHUNK), STAGES=config.stages, SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d,
+                      EXACT=exact, MATH_WGS=next_n if config.row_warpgroups else 1, MATH_REGS=maxnreg,
+                      LOADER_REGS=config.loader_regs)
+    return constexprs, maxnreg
+
+
 def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_len, out, *, layout: str,
                   exact: bool, config: HopperConfig) -> HopperLaunch:
     """Launch the kernel on checked inputs (see :func:`preshuffle.kernels.fp8_paged_mqa_logits`) through Triton's
@@ -386,13 +395,34 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     grid = (batch, triton.cdiv(max_model_len, config.tokens_per_program))
     dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, config.tokens_per_program,
             num_blocks)
-    maxnreg = hopper_registers(config, next_n, exact)
-    constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
-                      TOK=min(block_size, CHUNK), STAGES=config.stages, SHUFFLED=layout == "shuffle",
-                      CTX_2D=context_lens.dim() == 2, EXACT=exact,
-                      MATH_WGS=next_n if config.row_warpgroups else 1, MATH_REGS=maxnreg,
-                      LOADER_REGS=config.loader_regs)
+    constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=context_lens.dim() == 2,
+                                         exact=exact, config=config)
     descs = descriptors(kv_cache, layout)
     compiled = _hopper_kernel[grid](q, *descs, weights, context_lens, block_tables, out, *dims, **constexprs,
                                     num_warps=4, maxnreg=maxnreg)
     return HopperLaunch(compiled, descs, grid, (*dims, *constexprs.values(), 4))
+
+
+def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
+                  ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None):
+    """Compile the kernel for sm90a without a GPU (Triton's bundled ptxas): what a launch of these dimensions
+    would run, for reading its resources and SASS on any machine (:mod:`preshuffle.kernels.sass`). Returns Triton's
+    compiled kernel. Call it where TRITON_INTERPRET is 0: under the interpreter, Triton's own jit helpers that
+    Gluon calls are interpreted functions (``benchmarks/compile_hopper.py`` sets it)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    config = config or HopperConfig(CHUNK)
+    constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
+                                         config=config)
+    values, scales = descriptors(torch.empty(1, block_size, 1, HEAD_DIM + 4, dtype=torch.uint8), layout)
+    signature = {"q_ptr": "*fp8e4nv",
+                 "kv_desc": f"tensordesc<fp8e4nv{values.block_shape},{values.layout!r}>",
+                 "sc_desc": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>",
+                 "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32",
+                 **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "tokens_per_program",
+                                  "num_blocks"), "i32"),
+                 **dict.fromkeys((*constexprs, "num_warps"), "constexpr")}
+    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 3, 4, 5, 6)}  # the tensors, 16-byte aligned
+    source = GluonASTSource(_hopper_kernel, signature, {**constexprs, "num_warps": 4}, aligned)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))

@@ -1,0 +1,66 @@
+"""Compile the Hopper kernel for sm90a on a machine without a GPU and print what each variant costs: registers,
+stack (spills), shared memory and warps of a program, the programs an SM's registers hold, and its tensor-core and
+shared-memory instructions. What the launch rule and HopperConfig choose can be checked here before any device
+time is spent.
+
+    python benchmarks/compile_hopper.py
+    python benchmarks/compile_hopper.py --next-n 3 --row-warpgroups --maxnreg 64
+    python benchmarks/compile_hopper.py --json      # every variant's resources, for tests
+"""
+
+import argparse
+import json
+import os
+
+# Compiled, never interpreted: under TRITON_INTERPRET=1 Triton's own jit helpers, which Gluon calls, are interpreted.
+os.environ["TRITON_INTERPRET"] = "0"
+
+from preshuffle.kernels import HopperConfig, hopper, sass  # noqa: E402
+from preshuffle.kernels.launch import CHUNK, REGISTERS_PER_SM  # noqa: E402
+
+VARIANTS = [  # (next_n, block_size, layout, exact, row_warpgroups): the anchor shapes' paths
+    (1, 64, "normal", False, False), (2, 64, "normal", False, False), (3, 64, "normal", False, True),
+    (1, 64, "normal", True, False), (3, 64, "normal", True, True), (1, 16, "normal", False, False),
+    (1, 64, "shuffle", False, False), (2, 16, "shuffle", False, False)]
+
+
+def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4) -> dict:
+    config = HopperConfig(CHUNK, stages, maxnreg, row_warpgroups=row_warpgroups)
+    compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config)
+    ops = sass.instruction_counts(compiled)
+    return {"variant": [next_n, block_size, layout, exact, row_warpgroups], **sass.resources(compiled),
+            "gmma": ops["HGMMA"] + ops["QGMMA"], "lds": ops["LDS"], "ldsm": ops["LDSM"]}
+
+
+def line(r: dict) -> str:
+    next_n, block_size, layout, exact, row_warpgroups = r["variant"]
+    programs = REGISTERS_PER_SM // (r["registers"] * 32 * r["warps"])
+    return (f"next_n {next_n} block {block_size:2d} {layout:7s} {'exact' if exact else 'fp8':5s} "
+            f"rows {'yes' if row_warpgroups else 'no ':3s} | {r['registers']:3d} regs, stack {r['stack']:3d}, "
+            f"{r['shared']:6d} B shared, {r['warps']:2d} warps, {programs} programs/SM by registers | "
+            f"GMMA {r['gmma']:2d}, LDS {r['lds']:3d}, LDSM {r['ldsm']:2d}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--next-n", type=int)
+    ap.add_argument("--block-size", type=int, default=64)
+    ap.add_argument("--layout", choices=["normal", "shuffle"], default="normal")
+    ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--row-warpgroups", action="store_true")
+    ap.add_argument("--maxnreg", type=int)
+    ap.add_argument("--stages", type=int, default=4)
+    ap.add_argument("--json", action="store_true", help="print every variant's resources as JSON")
+    args = ap.parse_args(argv)
+    if args.json:
+        print(json.dumps([compile_variant(*variant, stages=args.stages) for variant in VARIANTS]))
+    elif args.next_n is None:
+        for variant in VARIANTS:
+            print(line(compile_variant(*variant, stages=args.stages)), flush=True)
+    else:
+        print(line(compile_variant(args.next_n, args.block_size, args.layout, args.exact, args.row_warpgroups,
+                                   args.maxnreg, args.stages)))
+
+
+if __name__ == "__main__":
+    main()
