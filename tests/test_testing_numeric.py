@@ -7,7 +7,7 @@ from preshuffle.kernels import fp8_paged_mqa_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref
 from preshuffle.testing.inputs import random_problem
 from preshuffle.testing.numeric import (
-    RTOL, assert_bitwise_equal, calc_diff, check_logits, check_repeatable, check_unchecked_logits, compare_logits,
+    RTOL, assert_bitwise_equal, bitwise_equal, calc_diff, check_logits, check_repeatable, check_unchecked_logits, compare_logits,
 )
 
 
@@ -59,6 +59,9 @@ def test_assert_bitwise_equal_compares_bits_not_values():
         assert_bitwise_equal(torch.tensor([0.0]), torch.tensor([-0.0]))
     with pytest.raises(AssertionError, match=r"dtype or shape differ: torch.float32 \[2\] against torch.float64 \[2\]"):
         assert_bitwise_equal(nan, nan.double())
+    # The same test as a value, where a NaN output must not count as a difference (torch.equal says it does).
+    assert bitwise_equal(nan, nan.clone()) and not torch.equal(nan, nan.clone())
+    assert not bitwise_equal(torch.tensor([0.0]), torch.tensor([-0.0])) and not bitwise_equal(nan, nan.double())
 
 
 def test_check_repeatable_runs_until_a_run_differs():

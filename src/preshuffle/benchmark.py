@@ -29,7 +29,7 @@ from .reference import fp8_paged_mqa_logits_torch, reference_and_magnitude
 from .shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from .testing import timing
 from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem
-from .testing.numeric import CONTRACTS, compare_logits, meets_contract
+from .testing.numeric import CONTRACTS, bitwise_equal, check_repeatable, compare_logits, meets_contract
 
 PRECISIONS = ("fp8", "exact")
 # Multi-token prediction with 3 draft rows, which DeepGEMM's SM90 kernel does not take: timed beside DeepGEMM on
@@ -55,12 +55,14 @@ def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, c
         fn_written = lambda: deepgemm.masked_like(fn(), reference[0])  # noqa: E731
     else:
         fn_written = fn
-    out = fn_written()
-    repeatable = all(torch.equal(out, fn_written()) for _ in range(REPEATS - 1))
+    try:  # bit for bit (NaN equals itself), as the tests check repeatability
+        out, repeatable = check_repeatable(fn_written, REPEATS), True
+    except AssertionError:
+        out, repeatable = fn_written(), False
     verdict = compare_logits(out, *reference)
     verdict["meets_contract"] = meets_contract(verdict, precision)
     if checked is not None:
-        verdict["bitwise_equal_to_rule"] = bool(torch.equal(out, checked))
+        verdict["bitwise_equal_to_rule"] = bitwise_equal(out, checked)
         verdict["meets_contract"] = verdict["meets_contract"] and verdict["bitwise_equal_to_rule"]
     verdict["bitwise_repeatable"] = repeatable
     if require_accuracy and not verdict["meets_contract"]:

@@ -94,6 +94,15 @@ def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> None:
                              f"{a[first].item()!r} against {b[first].item()!r}")
 
 
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same bits (:func:`assert_bitwise_equal`'s test, as a value)."""
+    try:
+        assert_bitwise_equal(a, b)
+    except AssertionError:
+        return False
+    return True
+
+
 def check_repeatable(fn, runs: int | None = None) -> torch.Tensor:
     """Run ``fn`` ``runs`` times (default: 20 on a GPU, 2 under the interpreter, where a run is slow) and assert
     that every output is bitwise equal to the first; return the first."""
