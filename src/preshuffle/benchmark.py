@@ -174,11 +174,11 @@ def _jobs(shapes, variants):
 
 def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = True,
         steps: bool = True, torch_baseline: bool = True, on_row=None) -> dict:
-    """The whole measurement: the copy ceiling and the timer's floor, then for every shape and cache our kernel in both precisions;
-    on DeepGEMM's cache (block64-normal) also DeepGEMM (or, for next_n = 3, DeepGEMM on the flattened rows), the
-    splits beside the launch rule, the eager call, the host's time per call and a clean-L2 flush on
-    :data:`HOST_SHAPES`, chapter 5's ladder on :data:`LADDER_SHAPES`, and the vectorised PyTorch baseline where it
-    fits."""
+    """The whole measurement: the copy ceiling and the timer's floor, then for every shape and cache our kernel in
+    both precisions; on DeepGEMM's cache (block64-normal) also DeepGEMM (or, for next_n = 3, DeepGEMM on the
+    flattened rows), the splits beside the launch rule, the eager call, the host's time per call (and its parts)
+    and a clean-L2 flush on :data:`HOST_SHAPES`, chapter 5's ladder on :data:`LADDER_SHAPES`, and the vectorised
+    PyTorch baseline where it fits."""
     from tqdm.auto import tqdm
 
     timing.refuse_interpreter()

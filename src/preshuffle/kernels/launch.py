@@ -102,7 +102,8 @@ class HopperConfig:
         if not 2 <= self.stages <= 12:
             raise ValueError(f"stages must be in [2, 12], got {self.stages}")
         if self.maxnreg is not None and (self.maxnreg % 8 or not 24 <= self.maxnreg <= 256):
-            raise ValueError(f"maxnreg must be a multiple of 8 in [24, 256] (setmaxnreg's range), got {self.maxnreg}")
+            raise ValueError(f"maxnreg must be a multiple of 8 in [24, 256] (setmaxnreg's range), "
+                             f"got {self.maxnreg}")
 
 
 def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
@@ -147,6 +148,6 @@ def hopper_registers(config: HopperConfig, next_n: int, exact: bool) -> int:
     maxnreg = config.maxnreg or hopper_maxnreg(next_n, exact, config.row_warpgroups)
     warps = 4 * (next_n if config.row_warpgroups else 1) + 4
     if warps * 32 * maxnreg > REGISTERS_PER_SM:
-        raise ValueError(f"{config} cannot launch at next_n {next_n}: {warps} warps x 32 threads x {maxnreg} registers "
-                         f"is more than an SM's {REGISTERS_PER_SM}; lower maxnreg or turn row_warpgroups off")
+        raise ValueError(f"{config} cannot launch at next_n {next_n}: {warps} warps x 32 threads x {maxnreg} "
+                         f"registers is more than an SM's {REGISTERS_PER_SM}; lower maxnreg or turn row_warpgroups off")
     return maxnreg
