@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from preshuffle.contract import check_inputs, unreadable_positions
+from preshuffle.device import memory_bytes
 from preshuffle.testing.inputs import random_problem
 
 
@@ -19,6 +20,15 @@ def test_check_inputs_takes_a_numpy_max_model_len(args):
 def test_check_inputs_bad_max_model_len(args, value, exc):
     with pytest.raises(exc, match="max_model_len must be a positive int"):
         check_inputs(*args[:5], value)
+
+
+def test_check_inputs_refuses_a_max_model_len_whose_output_cannot_fit(args):
+    rows = 2 * 2  # batch x next_n
+    too_long = memory_bytes(torch.device("cpu")) // (4 * rows) + 1
+    with pytest.raises(ValueError, match=rf"max_model_len {too_long} asks for 4 rows of {too_long} fp32 logits "
+                                         r"\([0-9.]+ GiB\), more than the cpu device's [0-9.]+ GiB of memory"):
+        check_inputs(*args[:5], too_long)
+    assert check_inputs(*args[:5], too_long // 2).max_model_len == too_long // 2  # fits: the check allocates nothing
 
 
 def test_check_inputs_refuses_tensors_on_meta(args):

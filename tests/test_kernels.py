@@ -88,3 +88,10 @@ def test_fp8_paged_mqa_logits_takes_a_numpy_max_model_len(problem):
     expected = problem.call(fp8_paged_mqa_logits)
     assert_bitwise_equal(problem.replace(max_model_len=np.int64(problem.max_model_len)).call(fp8_paged_mqa_logits),
                          expected)
+
+
+@pytest.mark.parametrize("check_values", [True, False])
+def test_fp8_paged_mqa_logits_refuses_a_max_model_len_whose_output_cannot_fit(problem, check_values):
+    too_long = device.memory_bytes(problem.q.device) // (4 * problem.batch * problem.next_n) + 1
+    with pytest.raises(ValueError, match=rf"max_model_len {too_long} asks for 4 rows of {too_long} fp32 logits"):
+        problem.replace(max_model_len=too_long).call(fp8_paged_mqa_logits, check_values=check_values)

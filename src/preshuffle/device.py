@@ -101,6 +101,15 @@ def require_kernel_devices(**tensors: torch.Tensor) -> None:
                              f"CUDA tensors, or set TRITON_INTERPRET=1 before importing preshuffle to run on the CPU")
 
 
+def memory_bytes(dev: torch.device) -> int | None:
+    """The memory a device holds in all (a GPU's, or the machine's for the CPU); None for other devices."""
+    if dev.type == "cuda":
+        return torch.cuda.get_device_properties(dev).total_memory
+    if dev.type == "cpu":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return None
+
+
 def describe() -> str:
     if INTERPRETED:
         return "Triton interpreter on the CPU (numpy semantics; timings are not kernel timings)"
