@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .launch import CHUNK, HopperConfig, hopper_registers
+from .launch import CHUNK, HopperConfig, hopper_registers, math_warpgroups
 
 HEAD_DIM = 128
 _CHUNK = gl.constexpr(CHUNK)  # positions per MMA (and per stage of the ring)
@@ -381,7 +381,7 @@ def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx
     maxnreg = hopper_registers(config, next_n, exact)
     constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
                       TOK=min(block_size, CHUNK), STAGES=config.stages, SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d,
-                      EXACT=exact, MATH_WGS=next_n if config.row_warpgroups else 1, MATH_REGS=maxnreg,
+                      EXACT=exact, MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg,
                       LOADER_REGS=config.loader_regs)
     return constexprs, maxnreg
 

@@ -142,11 +142,16 @@ def hopper_maxnreg(next_n: int, exact: bool, row_warpgroups: bool = False) -> in
     return 80 if next_n == 1 else 128
 
 
+def math_warpgroups(config: HopperConfig, next_n: int) -> int:
+    """Math warpgroups in a program of the Hopper kernel: one for every query row, or one for all of them."""
+    return next_n if config.row_warpgroups else 1
+
+
 def hopper_registers(config: HopperConfig, next_n: int, exact: bool) -> int:
     """The register budget a thread of ``config``'s program gets, checked: the program's warps (its math
     warpgroups, and the loader warp, which Triton pads to a warpgroup) must fit in an SM's registers."""
     maxnreg = config.maxnreg or hopper_maxnreg(next_n, exact, config.row_warpgroups)
-    warps = 4 * (next_n if config.row_warpgroups else 1) + 4
+    warps = 4 * math_warpgroups(config, next_n) + 4
     if warps * 32 * maxnreg > REGISTERS_PER_SM:
         raise ValueError(f"{config} cannot launch at next_n {next_n}: {warps} warps x 32 threads x {maxnreg} "
                          f"registers is more than an SM's {REGISTERS_PER_SM}; lower maxnreg or turn row_warpgroups off")
