@@ -21,7 +21,8 @@ from preshuffle.kernels.launch import CHUNK, REGISTERS_PER_SM  # noqa: E402
 VARIANTS = [  # (next_n, block_size, layout, exact, row_warpgroups): the anchor shapes' paths
     (1, 64, "normal", False, False), (2, 64, "normal", False, False), (3, 64, "normal", False, True),
     (1, 64, "normal", True, False), (3, 64, "normal", True, True), (1, 16, "normal", False, False),
-    (1, 64, "shuffle", False, False), (2, 16, "shuffle", False, False)]
+    (1, 64, "shuffle", False, False), (2, 16, "shuffle", False, False), (1, 1, "normal", False, False),
+    (3, 1, "normal", True, True)]
 
 
 def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4) -> dict:

@@ -4,6 +4,7 @@
 # (../shared/tools/deepgemm/README.md).
 #   bash benchmarks/run_h200.sh OUTDIR STEP...
 # STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
+# sweep-gather (block 1, gathered, beside block 64), sweep-exact (the exact path at 80 registers, 3 programs an SM),
 # ncu (benchmarks/ncu_hopper.py under ncu), deepgemm (build it), bench (python -m preshuffle bench --against deepgemm), tests (every test), nbval.
 set -uo pipefail
 out=$1
@@ -26,6 +27,13 @@ for step; do
              '{"row_warpgroups": true, "stages": 6}' '{"precision": "exact"}' \
              '{"precision": "exact", "row_warpgroups": true}' > "$out/sweep-mtp.log" 2>&1
            tail -24 "$out/sweep-n1.log"; tail -24 "$out/sweep-mtp.log" ;;
+    sweep-gather) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-gather.json" --shapes 0 1 3 4 \
+                    --variants block1 block64-normal --programs-per-sm 1 2 3 4 8 --configs '{}' '{"stages": 6}' \
+                    > "$out/sweep-gather.log" 2>&1; tail -17 "$out/sweep-gather.log" ;;
+    sweep-exact) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-exact.json" --shapes 0 2 3 4 5 6 \
+                   --programs-per-sm 2 3 4 6 8 --configs '{}' '{"precision": "exact"}' \
+                   '{"precision": "exact", "maxnreg": 80}' > "$out/sweep-exact.log" 2>&1
+                 tail -19 "$out/sweep-exact.log" ;;
     ncu) for args in "64 1 8192 {}" "64 2 8192 {}" "64 2 8192 {\"row_warpgroups\":true}" \
                      "64 3 8192 {\"row_warpgroups\":true,\"maxnreg\":64}"; do
            set -- $args

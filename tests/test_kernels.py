@@ -61,11 +61,11 @@ def test_fp8_paged_mqa_logits_refuses_a_hopper_config_without_hopper(problem):
 def test_kernel_for_picks_the_hopper_kernel_on_sm90_for_what_it_takes(on):
     on((9, 0), "NVIDIA H200")
     assert kernel_for(64, 64, 128, 1) == kernel_for(16, 32, 128, 4) == "hopper"
-    assert kernel_for(1, 64, 128, 1) == "portable"             # no TMA copy of a 132-byte page
+    assert kernel_for(1, 64, 128, 1) == kernel_for(8, 64, 128, 2) == "hopper"  # pages TMA cannot copy: gathered
     assert kernel_for(64, 64, 128, 5) == "portable"            # more query rows than its accumulators
     assert kernel_for(64, 64, 128, 1, LaunchConfig()) == "portable"
-    with pytest.raises(ValueError, match="the Hopper kernel cannot take this call: block_size 8 is not a multiple"):
-        kernel_for(8, 64, 128, 1, HopperConfig(64))
+    with pytest.raises(ValueError, match="the Hopper kernel cannot take this call: next_n 5 is above 4"):
+        kernel_for(64, 64, 128, 5, HopperConfig(64))
 
 
 @pytest.mark.parametrize("capability", [(8, 9), (10, 0), None])

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from preshuffle import device
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits, launch
-from preshuffle.kernels.hopper import descriptors, supports
+from preshuffle.kernels.hopper import descriptors, gathers, sources, supports
 from preshuffle.testing.inputs import random_problem
 from preshuffle.testing.numeric import (
     assert_bitwise_equal, check_logits, check_repeatable, check_unchecked_logits, meets_contract,
@@ -24,7 +24,7 @@ on_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm90 GPU (the Hopper
 
 def test_supports_names_what_it_cannot_take():
     assert supports(16, 64, 128, 4) is None and supports(256, 16, 128, 1) is None
-    assert supports(1, 64, 128, 1) == "block_size 1 is not a multiple of 16 (TMA copies 16-token tiles)"
+    assert supports(1, 64, 128, 1) is None and supports(24, 32, 128, 2) is None  # gathered by cp.async
     assert supports(64, 64, 64, 1) == "head_dim 64 is not 128"
     assert supports(64, 24, 128, 1) == "24 heads is not 16, 32, 64 or 128 (WGMMA's N)"
     assert supports(64, 64, 128, 5) == "next_n 5 is above 4"
@@ -42,6 +42,18 @@ def test_descriptors_cut_pages_into_copies_of_at_most_64_rows(block_size, layout
     # Scales: the page as fp32 words, its scales from word block_size*32, copied into slots of >= 32 words.
     assert (scales.shape, scales.strides, scales.block_shape) == ([5, page // 4], [page // 4, 1],
                                                                   [1, max(min(block_size, 64), 32)])
+
+
+@pytest.mark.parametrize("block_size", [1, 8, 24, 100])
+def test_pages_off_the_16_byte_grid_are_read_through_pointers(block_size):
+    """TMA needs 16-byte strides; a page of B tokens is B*132 bytes, so only B a multiple of 16 gets descriptors.
+    The gather path reads the cache itself, as fp8 values and fp32 scales over the same bytes."""
+    cache = torch.zeros(5, block_size, 1, 132, dtype=torch.uint8)
+    assert gathers(block_size) and not gathers(16 * block_size)
+    values, scales = sources(cache, "normal")
+    assert (values.dtype, scales.dtype) == (torch.float8_e4m3fn, torch.float32)
+    assert values.data_ptr() == scales.data_ptr() == cache.data_ptr()
+    assert (values.shape[-1], scales.shape[-1]) == (132, 33)
 
 
 @pytest.mark.parametrize("batch, next_n, exact, pps, maxnreg, rows", [
@@ -74,16 +86,19 @@ def test_hopper_config_refuses_a_split_off_the_chunk_grid():
         HopperConfig(64, stages=1)
     with pytest.raises(ValueError, match=r"maxnreg must be a multiple of 8 in \[24, 256\]"):
         HopperConfig(64, maxnreg=100)
+    with pytest.raises(ValueError, match=r"loader_regs must be a multiple of 8 in \[24, 256\] \(setmaxnreg's range\), got 16"):
+        HopperConfig(64, loader_regs=16)
 
 
 @st.composite
 def problems(draw):
-    block_size = draw(st.sampled_from([16, 32, 64, 128]))
+    block_size = draw(st.sampled_from([1, 8, 24, 16, 32, 64, 128]))  # TMA for multiples of 16, else gathered
     batch = draw(st.integers(1, 4))
     max_blocks = draw(st.integers(1, 3000 // block_size))
     lens = draw(st.lists(st.integers(0, max_blocks * block_size), min_size=batch, max_size=batch))
     return random_problem(lens, next_n=draw(st.integers(1, 4)), heads=draw(st.sampled_from([32, 64])),
-                          block_size=block_size, layout=draw(st.sampled_from(["normal", "shuffle"])),
+                          block_size=block_size,
+                          layout=draw(st.sampled_from(["normal", "shuffle"] if block_size % 16 == 0 else ["normal"])),
                           ctx_2d=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
                           spare_columns=max_blocks - max(-(-n // block_size) for n in lens), device="cuda")
 
@@ -123,15 +138,17 @@ def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
 
 
 @on_hopper
-def test_hopper_kernel_gives_nan_for_bad_block_ids_without_reading_them():
-    problem = random_problem([100, 70, 300], block_size=16, seed=7, device="cuda")
+@pytest.mark.parametrize("block_size", [16, 1])
+def test_hopper_kernel_gives_nan_for_bad_block_ids_without_reading_them(block_size):
+    problem = random_problem([100, 70, 300], block_size=block_size, seed=7, device="cuda")
     tables = problem.block_tables.clone()
     tables[0, 1] = problem.num_blocks + 5   # past the cache
     tables[1, 0] = -3
     tables[2, 3] = 2**31 - 1
     out = problem.replace(block_tables=tables).call(fp8_paged_mqa_logits, check_values=False)
     expected = torch.zeros_like(out, dtype=torch.bool)
-    expected[0, 16:32] = expected[1, 0:16] = expected[2, 48:64] = True
+    for row, entry in ((0, 1), (1, 0), (2, 3)):
+        expected[row, entry * block_size:(entry + 1) * block_size] = True
     assert torch.equal(torch.isnan(out), expected)
     good = problem.call(fp8_paged_mqa_logits)
     assert torch.equal(out[~expected], good[~expected])
@@ -139,7 +156,8 @@ def test_hopper_kernel_gives_nan_for_bad_block_ids_without_reading_them():
 
 @on_hopper
 @pytest.mark.parametrize("block_size, layout, next_n, precision", [
-    (16, "normal", 1, "fp8"), (16, "shuffle", 2, "exact"), (64, "normal", 3, "fp8"), (64, "shuffle", 1, "exact")])
+    (16, "normal", 1, "fp8"), (16, "shuffle", 2, "exact"), (64, "normal", 3, "fp8"), (64, "shuffle", 1, "exact"),
+    (1, "normal", 2, "fp8"), (8, "normal", 3, "exact")])
 @pytest.mark.parametrize("row_warpgroups", [False, True])
 def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, layout, next_n, precision, row_warpgroups):
     problem = random_problem([150, 70, 129], next_n=next_n, block_size=block_size, layout=layout, seed=12,
@@ -158,12 +176,12 @@ def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, lay
 
 def test_every_path_compiles_for_sm90a_within_its_register_budget():
     """benchmarks/compile_hopper.py compiles the kernel for sm90a on any machine: every path fits its register
-    budget without spilling, and a program holds its math warpgroups and the loader warp padded to a warpgroup, the
-    count launch.hopper_registers checks against an SM's registers."""
+    budget without spilling, and a program holds its math warpgroups and the loader warp padded to a warpgroup (or
+    the gather's loader warpgroup), the count launch.hopper_registers checks against an SM's registers."""
     tool = Path(__file__).resolve().parents[1] / "benchmarks" / "compile_hopper.py"
     done = subprocess.run([sys.executable, str(tool), "--json"], capture_output=True, text=True, check=True)
     variants = json.loads(done.stdout)
-    assert len(variants) == 8
+    assert len(variants) == 10
     for r in variants:
         next_n, _, _, exact, row_warpgroups = r["variant"]
         assert r["stack"] == 0, r

@@ -65,8 +65,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     on a GPU with fp8 MMAs, exact under the interpreter (which computes both exactly); a GPU that cannot run the
     precision asked for raises ValueError naming what it lacks.
 
-    On an sm90 GPU the Hopper kernel runs when it takes the dimensions (block size a multiple of 16, head_dim 128,
-    16-128 heads, next_n <= 4), else the portable one; ``config`` picks one explicitly (:class:`HopperConfig` or
+    On an sm90 GPU the Hopper kernel runs when it takes the dimensions (head_dim 128, 16-128 heads, next_n <= 4;
+    any block size: multiples of 16 through TMA, others gathered), else the portable one; ``config`` picks one explicitly (:class:`HopperConfig` or
     :class:`LaunchConfig`) and sets its launch. The kernel block size is read from ``kv_cache.shape[1]``.
 
     ``check_values=False`` skips the checks that read context lengths and block ids on the host (a device sync);

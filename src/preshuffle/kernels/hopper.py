@@ -9,6 +9,11 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   the ``min(B, 64)`` rows of a chunk (a 16-token page is 4 copies), and a 2-D fp32 descriptor fetches the
   scales. A block id past the table, the context or the cache becomes -1 or stays out of range: TMA reads such a
   box as zeros, so no input makes the kernel read outside the cache.
+* **A gather where TMA cannot go.** A descriptor's strides must be multiples of 16 bytes, and a page of ``B*132``
+  bytes is one only when 16 divides B. Other pages (block 1, what vLLM negotiates without a kernel that takes
+  ``MultipleOf(16)``) are gathered by a loader warpgroup: each thread copies 4 bytes of 16 keys a chunk with
+  cp.async (the rows are 4-byte aligned), and each thread's copies arrive on the stage's barrier when they land.
+  An invalid block id copies nothing.
 * **The pipeline.** The loader waits for a free stage, posts the bytes it expects on the stage's barrier and
   issues the copies; the math warpgroup waits on the barrier and hands the stage back when its MMA is done.
   Block ids come 32 at a time, one group ahead.
@@ -37,6 +42,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -49,10 +55,14 @@ _D = gl.constexpr(HEAD_DIM)
 MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized for
 
 
+def gathers(block_size: int) -> bool:
+    """Whether pages of this size are gathered by a loader warpgroup's cp.async copies instead of TMA: a page of B
+    tokens is B*132 bytes, a multiple of 16 bytes (as a TMA descriptor's strides must be) only when 16 divides B."""
+    return block_size % 16 != 0
+
+
 def supports(block_size: int, heads: int, head_dim: int, next_n: int) -> str | None:
     """Why this kernel cannot take a problem of these dimensions, or None when it can."""
-    if block_size % 16:
-        return f"block_size {block_size} is not a multiple of 16 (TMA copies 16-token tiles)"
     if head_dim != HEAD_DIM:
         return f"head_dim {head_dim} is not {HEAD_DIM}"
     if heads not in (16, 32, 64, 128):
@@ -107,9 +117,17 @@ def _row_ids(bt_ptr, bt_stride, bt_width, b, start, kv_len, BLOCK_SIZE: gl.const
 
 
 @gluon.jit
-def _loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr):
+def _loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr, GATHER: gl.constexpr):
+    if GATHER:
+        _gather_loader(loads, BLOCK_SIZE, STAGES)
+    else:
+        _tma_loader(loads, BLOCK_SIZE, TOK, STAGES)
+
+
+@gluon.jit
+def _tma_loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr):
     """The loader warp: for each chunk, a free stage, then its copies."""
-    descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read = loads
+    descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, _ = loads
     ready, empty = bars
     row, n_entries = _row_ids(bt_ptr, bt_stride, bt_width, b, start, kv_len, BLOCK_SIZE)
     lanes = gl.arange(0, 32, layout=gl.BlockedLayout([1], [32], [1], [0]))
@@ -117,6 +135,49 @@ def _loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.const
     for i in range(n_read):
         mbarrier.wait(empty.index(i % STAGES), ((i // STAGES) & 1) ^ 1)
         cursor = _fetch(i, cursor, descs, buffers, ready, row, n_entries, start, BLOCK_SIZE, TOK, STAGES)
+
+
+@gluon.jit
+def _gather_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE: gl.constexpr):
+    """The block ids of positions ``pos``, -1 past the context or the table."""
+    return gl.load(bt_row + pos // BLOCK_SIZE, mask=(pos < kv_len) & (pos // BLOCK_SIZE < bt_width), other=-1)
+
+
+@gluon.jit
+def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
+    """The loader warpgroup for pages TMA cannot copy: each thread copies 4 bytes of 16 keys a chunk, and a scale,
+    with cp.async; each thread's copies, once complete, arrive on the stage's ready barrier. Block ids come a chunk
+    ahead; an id outside the table, the context or the cache copies nothing (the math writes NaN there)."""
+    srcs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, num_blocks = loads
+    kv_ptr, sc_ptr = srcs
+    kv_smem, sc_smem = buffers
+    ready, empty = bars
+    keys: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])   # a warp copies one 128-byte row
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    bt_row = bt_ptr + b * bt_stride
+    pos = start + gl.arange(0, _CHUNK, layout=flat)
+    ids = _gather_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE)
+    t_k = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, keys))
+    d = gl.arange(0, _D, layout=gl.SliceLayout(0, keys))
+    for i in range(n_read):
+        s = i % STAGES
+        # Token t of page p: values at byte p*B*132 + t*128, scale at word p*B*33 + B*32 + t.
+        ok = (ids >= 0) & (ids < num_blocks)
+        scale_at = gl.where(ok, ids, 0).to(gl.int64) * (BLOCK_SIZE * (_D // 4 + 1)) + BLOCK_SIZE * (_D // 4) \
+            + pos % BLOCK_SIZE
+        ids_k = gl.convert_layout(ids, gl.SliceLayout(1, keys))
+        ok_k = (ids_k >= 0) & (ids_k < num_blocks)
+        value_at = gl.where(ok_k, ids_k, 0).to(gl.int64) * (BLOCK_SIZE * (_D + 4)) \
+            + ((start + i * _CHUNK + t_k) % BLOCK_SIZE) * _D
+        pos += _CHUNK
+        ids = _gather_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE)
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        async_copy.async_copy_global_to_shared(kv_smem.index(s), kv_ptr + value_at[:, None] + d[None, :],
+                                               mask=ok_k[:, None])
+        async_copy.async_copy_global_to_shared(
+            sc_smem.index(s)._reinterpret(gl.float32, [_CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0])),
+            sc_ptr + scale_at, mask=ok)
+        async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
 
 
 @gluon.jit
@@ -180,7 +241,7 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
 @gluon.jit
 def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr,
           BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr,
-          CTX_2D: gl.constexpr, EXACT: gl.constexpr, num_warps: gl.constexpr):
+          CTX_2D: gl.constexpr, EXACT: gl.constexpr, GATHER: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup, for query rows J0 .. J0+ROWS-1 (ROWS a power of two; rows past next_n are zero): per chunk,
     MMAs of the keys against the queries of two rows at a time (one when ROWS is 1), each followed by its epilogue;
     then -inf for its rows' positions past the context."""
@@ -241,6 +302,8 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
         entry = nxt // BLOCK_SIZE
         ids = gl.load(bt_row + entry, mask=(nxt < kv_len) & (entry < bt_width), other=-1)
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        if GATHER:  # cp.async wrote the stage through the generic proxy; WGMMA reads it through the async one
+            fence_async_shared()
         scale = _scales(sc_smem, s, rows, TOK, num_warps)
         a = _keys(kv_smem.index(s), a8, a16, SHUFFLED, EXACT)
         for g in gl.static_range(NG):
@@ -268,12 +331,13 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
 
 
 @gluon.jit
-def _hopper_kernel(q_ptr, kv_desc, sc_desc, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
                    bt_stride, bt_width, out_stride, max_model_len, tokens_per_program, num_blocks,
                    NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                    TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
-                   EXACT: gl.constexpr, MATH_WGS: gl.constexpr, MATH_REGS: gl.constexpr,
-                   LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                   EXACT: gl.constexpr, GATHER: gl.constexpr, MATH_WGS: gl.constexpr, MATH_REGS: gl.constexpr,
+                   LOADER_WARPS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    # kv_src, sc_src: TMA descriptors over the cache's values and scales, or (GATHER) pointers to them.
     b = gl.program_id(0)
     start = gl.program_id(1) * tokens_per_program
     end = gl.minimum(start + tokens_per_program, max_model_len)
@@ -289,44 +353,57 @@ def _hopper_kernel(q_ptr, kv_desc, sc_desc, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     # the same (1024-byte aligned) ring.
     kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, _CHUNK, _D],
                                         gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2))
-    sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, _CHUNK // TOK, sc_desc.block_type.shape[1]],
-                                        sc_desc.layout)
+    if GATHER:
+        sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, 1, _CHUNK],
+                                            gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    else:
+        sc_smem = gl.allocate_shared_memory(gl.float32, [STAGES, _CHUNK // TOK, sc_src.block_type.shape[1]],
+                                            sc_src.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
+        # TMA: one arrival that posts the bytes to expect; cp.async: one arrival a loader thread.
+        mbarrier.init(ready.index(s), count=LOADER_WARPS * 32 if GATHER else 1)
         mbarrier.init(empty.index(s), count=MATH_WGS)
 
     # Runtime values travel to the partitions in tuples; constexprs one by one (a tuple would make them values).
     buffers = (kv_smem, sc_smem)
     bars = (ready, empty)
-    loads = ((kv_desc, sc_desc), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read)
+    loads = ((kv_src, sc_src), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, num_blocks)
     work = ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
             (out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read))
     # One math warpgroup for all query rows, or one for each: each waits for the same stages, and a stage is free
     # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:
         gl.warp_specialize([
-            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
-            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [1], [LOADER_REGS])
+            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [LOADER_WARPS], [LOADER_REGS])
     elif MATH_WGS == 2:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
-            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 1], [MATH_REGS, LOADER_REGS])
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, LOADER_WARPS], [MATH_REGS, LOADER_REGS])
     elif MATH_WGS == 3:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
-            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
-            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 4, 1], [MATH_REGS, MATH_REGS, LOADER_REGS])
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, LOADER_WARPS], [MATH_REGS, MATH_REGS, LOADER_REGS])
     else:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
-            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
-            (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, 4)),
-            (_loader, (loads, BLOCK_SIZE, TOK, STAGES))], [4, 4, 4, 1], [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, 4, LOADER_WARPS], [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
+
+
+def sources(kv_cache: torch.Tensor, layout: str) -> tuple:
+    """What the kernel reads the cache through: TMA descriptors (:func:`descriptors`), or for pages TMA cannot copy
+    the cache itself as fp8 values and fp32 scales."""
+    if gathers(kv_cache.shape[1]):
+        return kv_cache.view(torch.float8_e4m3fn), kv_cache.view(torch.float32)
+    return descriptors(kv_cache, layout)
 
 
 def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, TensorDescriptor]:
@@ -362,9 +439,10 @@ class HopperLaunch:
         self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
                      compiled.packed_metadata, None, None, None)
         # Encoded once; addresses as ints, so a launch keeps no cache alive.
+        metas = cells["tensordesc_meta"] or [None] * len(descs)
         self.descs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
-                           for desc, meta in zip(descs, cells["tensordesc_meta"] or [None] * len(descs))
-                           for x in make_tensordesc_arg(desc, meta))
+                           for desc, meta in zip(descs, metas)
+                           for x in ((desc,) if isinstance(desc, torch.Tensor) else make_tensordesc_arg(desc, meta)))
         self.grid, self.fixed = grid, fixed
 
     def __call__(self, q, weights, context_lens, block_tables, out):
@@ -379,10 +457,12 @@ def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx
                    config: HopperConfig) -> tuple[dict, int]:
     """The kernel's constexprs for a call of these dimensions, and its register budget a thread."""
     maxnreg = hopper_registers(config, next_n, exact)
+    gather = gathers(block_size)
     constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
-                      TOK=min(block_size, CHUNK), STAGES=config.stages, SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d,
-                      EXACT=exact, MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg,
-                      LOADER_REGS=config.loader_regs)
+                      TOK=CHUNK if gather else min(block_size, CHUNK), STAGES=config.stages,
+                      SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d, EXACT=exact, GATHER=gather,
+                      MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg, LOADER_WARPS=4 if gather else 1,
+                      LOADER_REGS=config.loader_regs or (56 if gather else 40))
     return constexprs, maxnreg
 
 
@@ -397,10 +477,10 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
             num_blocks)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=context_lens.dim() == 2,
                                          exact=exact, config=config)
-    descs = descriptors(kv_cache, layout)
-    compiled = _hopper_kernel[grid](q, *descs, weights, context_lens, block_tables, out, *dims, **constexprs,
+    srcs = sources(kv_cache, layout)
+    compiled = _hopper_kernel[grid](q, *srcs, weights, context_lens, block_tables, out, *dims, **constexprs,
                                     num_warps=4, maxnreg=maxnreg)
-    return HopperLaunch(compiled, descs, grid, (*dims, *constexprs.values(), 4))
+    return HopperLaunch(compiled, srcs, grid, (*dims, *constexprs.values(), 4))
 
 
 def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
@@ -415,14 +495,18 @@ def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, lay
     config = config or HopperConfig(CHUNK)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
                                          config=config)
-    values, scales = descriptors(torch.empty(1, block_size, 1, HEAD_DIM + 4, dtype=torch.uint8), layout)
-    signature = {"q_ptr": "*fp8e4nv",
-                 "kv_desc": f"tensordesc<fp8e4nv{values.block_shape},{values.layout!r}>",
-                 "sc_desc": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>",
+    if gathers(block_size):
+        sources_ = {"kv_src": "*fp8e4nv", "sc_src": "*fp32"}
+    else:
+        values, scales = descriptors(torch.empty(1, block_size, 1, HEAD_DIM + 4, dtype=torch.uint8), layout)
+        sources_ = {"kv_src": f"tensordesc<fp8e4nv{values.block_shape},{values.layout!r}>",
+                    "sc_src": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>"}
+    signature = {"q_ptr": "*fp8e4nv", **sources_,
                  "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32",
                  **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "tokens_per_program",
                                   "num_blocks"), "i32"),
                  **dict.fromkeys((*constexprs, "num_warps"), "constexpr")}
-    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 3, 4, 5, 6)}  # the tensors, 16-byte aligned
+    tensors = (0, 1, 2, 3, 4, 5, 6) if gathers(block_size) else (0, 3, 4, 5, 6)
+    aligned = {(i,): [["tt.divisibility", 16]] for i in tensors}  # the tensors, 16-byte aligned
     source = GluonASTSource(_hopper_kernel, signature, {**constexprs, "num_warps": 4}, aligned)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))

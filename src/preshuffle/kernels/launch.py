@@ -86,14 +86,15 @@ def default_config(batch: int, max_model_len: int) -> LaunchConfig:
 class HopperConfig:
     """How one call of the Hopper kernel is cut: ``tokens_per_program`` positions per program (a multiple of 64),
     a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
-    programs share an SM, and ptxas must fit the math warpgroups in it; the loader warp gets ``loader_regs``).
+    programs share an SM, and ptxas must fit the math warpgroups in it; the loader gets ``loader_regs``, by
+    default the fewest it fits in without spilling: 40 for the TMA loader warp, 56 for the cp.async gather).
     ``row_warpgroups``: with next_n >= 2, a math warpgroup for each query row, all reading the same stages, instead
     of one warpgroup for every row."""
 
     tokens_per_program: int
     stages: int = 4
     maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
-    loader_regs: int = 40
+    loader_regs: int | None = None
     row_warpgroups: bool = False
 
     def __post_init__(self):
@@ -101,9 +102,10 @@ class HopperConfig:
             raise ValueError(f"tokens_per_program must be a positive multiple of {CHUNK}, got {self.tokens_per_program}")
         if not 2 <= self.stages <= 12:
             raise ValueError(f"stages must be in [2, 12], got {self.stages}")
-        if self.maxnreg is not None and (self.maxnreg % 8 or not 24 <= self.maxnreg <= 256):
-            raise ValueError(f"maxnreg must be a multiple of 8 in [24, 256] (setmaxnreg's range), "
-                             f"got {self.maxnreg}")
+        for name in ("maxnreg", "loader_regs"):
+            value = getattr(self, name)
+            if value is not None and (value % 8 or not 24 <= value <= 256):
+                raise ValueError(f"{name} must be a multiple of 8 in [24, 256] (setmaxnreg's range), got {value}")
 
 
 def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
