@@ -432,7 +432,10 @@ class HopperLaunch:
 
         launcher = compiled.run
         inner = launcher.launch
-        cells = dict(zip(inner.__code__.co_freevars, (c.cell_contents for c in inner.__closure__)))
+        if hasattr(inner, "__closure__"):  # Triton's wrapper that encodes descriptors around the C launcher
+            cells = dict(zip(inner.__code__.co_freevars, (c.cell_contents for c in inner.__closure__)))
+        else:  # no descriptor arguments (the gather): the C launcher itself
+            cells = {"launcher": inner, "tensordesc_meta": None}
         if launcher.global_scratch_size or launcher.profile_scratch_size:
             raise RuntimeError("the Hopper kernel needs no scratch memory")
         self.raw = cells["launcher"]
