@@ -146,8 +146,8 @@ def _gather_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE: gl.constexpr):
 @gluon.jit
 def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
     """The loader warpgroup for pages TMA cannot copy: each thread copies 4 bytes of 16 keys a chunk, and a scale,
-    with cp.async; each thread's copies, once complete, arrive on the stage's ready barrier. Block ids come a chunk
-    ahead; an id outside the table, the context or the cache copies nothing (the math writes NaN there)."""
+    with cp.async; each thread's copies, once complete, arrive on the stage's ready barrier. An id outside the
+    table, the context or the cache copies nothing (the math writes NaN there)."""
     srcs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, num_blocks = loads
     kv_ptr, sc_ptr = srcs
     kv_smem, sc_smem = buffers
@@ -155,12 +155,18 @@ def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
     keys: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])   # a warp copies one 128-byte row
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     bt_row = bt_ptr + b * bt_stride
-    pos = start + gl.arange(0, _CHUNK, layout=flat)
-    ids = _gather_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE)
+    tok = gl.arange(0, _CHUNK, layout=flat)
     t_k = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, keys))
     d = gl.arange(0, _D, layout=gl.SliceLayout(0, keys))
+    # Ids three chunks ahead: a chunk's copies are issued faster than one id load returns from memory.
+    ahead = (_gather_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE),
+             _gather_ids(bt_row, start + _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE),
+             _gather_ids(bt_row, start + 2 * _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE))
     for i in range(n_read):
         s = i % STAGES
+        pos = start + i * _CHUNK + tok
+        ids = ahead[0]
+        ahead = (ahead[1], ahead[2], _gather_ids(bt_row, pos + 3 * _CHUNK, kv_len, bt_width, BLOCK_SIZE))
         # Token t of page p: values at byte p*B*132 + t*128, scale at word p*B*33 + B*32 + t.
         ok = (ids >= 0) & (ids < num_blocks)
         scale_at = gl.where(ok, ids, 0).to(gl.int64) * (BLOCK_SIZE * (_D // 4 + 1)) + BLOCK_SIZE * (_D // 4) \
@@ -169,8 +175,6 @@ def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
         ok_k = (ids_k >= 0) & (ids_k < num_blocks)
         value_at = gl.where(ok_k, ids_k, 0).to(gl.int64) * (BLOCK_SIZE * (_D + 4)) \
             + ((start + i * _CHUNK + t_k) % BLOCK_SIZE) * _D
-        pos += _CHUNK
-        ids = _gather_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE)
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
         async_copy.async_copy_global_to_shared(kv_smem.index(s), kv_ptr + value_at[:, None] + d[None, :],
                                                mask=ok_k[:, None])
