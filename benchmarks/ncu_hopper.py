@@ -3,11 +3,12 @@
     ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel \\
         python benchmarks/ncu_hopper.py 64 2 8192 '{"row_warpgroups": true}'
 
-Arguments: batch, next_n, average context, and HopperConfig fields as JSON (tokens_per_program from the launch rule
-unless given); precision fp8 unless the JSON names "precision"."""
+Arguments: batch, next_n, average context, and HopperConfig fields as JSON (the launch rule's unless given);
+precision fp8 and block size 64 unless the JSON names "precision" or "block_size"."""
 
 import json
 import sys
+from dataclasses import asdict
 
 import torch
 
@@ -21,10 +22,10 @@ def main(argv):
     batch, next_n, avg_ctx = (int(x) for x in argv[:3])
     fields = json.loads(argv[3]) if len(argv) > 3 else {}
     precision = fields.pop("precision", "fp8")
-    problem = benchmark_problem(Shape(batch, next_n, avg_ctx), 64, "normal")
-    rule = hopper_config(batch, next_n, problem.max_model_len, exact=precision == "exact")
-    fields.setdefault("tokens_per_program", rule.tokens_per_program)
-    config = HopperConfig(**fields)
+    block_size = fields.pop("block_size", 64)
+    problem = benchmark_problem(Shape(batch, next_n, avg_ctx), block_size, "normal")
+    rule = hopper_config(batch, next_n, problem.max_model_len, exact=precision == "exact", block_size=block_size)
+    config = HopperConfig(**{**asdict(rule), **fields})
     for _ in range(2):
         problem.call(fp8_paged_mqa_logits, precision=precision, check_values=False, config=config)
     torch.cuda.synchronize()

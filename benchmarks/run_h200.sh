@@ -5,6 +5,7 @@
 #   bash benchmarks/run_h200.sh OUTDIR STEP...
 # STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
 # sweep-gather (block 1, gathered, beside block 64), sweep-exact (the exact path at 80 registers, 3 programs an SM),
+# ncu-gather (DRAM bytes of the gather beside TMA's),
 # ncu (benchmarks/ncu_hopper.py under ncu), deepgemm (build it), bench (python -m preshuffle bench --against deepgemm), tests (every test), nbval.
 set -uo pipefail
 out=$1
@@ -34,6 +35,11 @@ for step; do
                    --programs-per-sm 2 3 4 6 8 --configs '{}' '{"precision": "exact"}' \
                    '{"precision": "exact", "maxnreg": 80}' > "$out/sweep-exact.log" 2>&1
                  tail -19 "$out/sweep-exact.log" ;;
+    ncu-gather) for args in '4096 1 8192 {"block_size":1}' '4096 1 8192 {}' '256 1 8192 {"block_size":1}'; do
+                  ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel --metrics \
+                    gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum \
+                    python3 benchmarks/ncu_hopper.py $args
+                done > "$out/ncu-gather.txt" 2>&1; grep -E "done|duration|bytes|throughput|sectors" "$out/ncu-gather.txt" ;;
     ncu) for args in "64 1 8192 {}" "64 2 8192 {}" "64 2 8192 {\"row_warpgroups\":true}" \
                      "64 3 8192 {\"row_warpgroups\":true,\"maxnreg\":64}"; do
            set -- $args

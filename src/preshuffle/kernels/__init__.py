@@ -113,7 +113,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     launch = launch_hopper(*contiguous[:1], kv_cache, *contiguous[1:], max_model_len, out, layout=layout,
                            exact=precision == "exact",
                            config=config or hopper_config(dims.batch, dims.next_n, max_model_len,
-                                                          exact=precision == "exact"))
+                                                          exact=precision == "exact", block_size=dims.block_size))
     if not check_values and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables))):
         if len(_LAUNCHES) >= _MAX_LAUNCHES:
             _LAUNCHES.clear()

@@ -47,18 +47,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .launch import CHUNK, HopperConfig, hopper_registers, math_warpgroups
+from .launch import CHUNK, HopperConfig, gathers, hopper_registers, math_warpgroups
 
 HEAD_DIM = 128
 _CHUNK = gl.constexpr(CHUNK)  # positions per MMA (and per stage of the ring)
 _D = gl.constexpr(HEAD_DIM)
 MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized for
-
-
-def gathers(block_size: int) -> bool:
-    """Whether pages of this size are gathered by a loader warpgroup's cp.async copies instead of TMA: a page of B
-    tokens is B*132 bytes, a multiple of 16 bytes (as a TMA descriptor's strides must be) only when 16 divides B."""
-    return block_size % 16 != 0
 
 
 def supports(block_size: int, heads: int, head_dim: int, next_n: int) -> str | None:

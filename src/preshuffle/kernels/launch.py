@@ -108,38 +108,52 @@ class HopperConfig:
                 raise ValueError(f"{name} must be a multiple of 8 in [24, 256] (setmaxnreg's range), got {value}")
 
 
-def hopper_programs_per_sm(batch: int, next_n: int, exact: bool) -> int:
-    """Programs per SM for the Hopper kernel, from the H200 sweeps (benchmarks/NOTES.md): 2 for small batches (each
-    row split across SMs), 4 once two query rows share an MMA, 8 from 256 sequences; the exact path, whose fp16
-    MMAs take longer, wants 4 at 128 sequences and 2 again at 4096. Three query rows (a warpgroup each): 2 below
-    256 sequences, then 8 (fp8) or 4 (exact)."""
+def gathers(block_size: int) -> bool:
+    """Whether the Hopper kernel gathers pages of this size with a loader warpgroup's cp.async copies instead of
+    TMA: a page of B tokens is B*132 bytes, a multiple of 16 bytes (as a TMA descriptor's strides must be) only when
+    16 divides B."""
+    return block_size % 16 != 0
+
+
+def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = False) -> int:
+    """Programs per SM for the Hopper kernel, from the H200 sweeps (benchmarks/NOTES.md; results/h200-hopper-sweep.json
+    and results/h200-gather-sweep.json). One query row, 80 registers (three programs an SM): fp8 2 below 256
+    sequences, 8 from there; the exact path and the gather, whose chunks take longer, 3 below 128 sequences (the
+    exact path 6 below 256). Two rows share an MMA (128 registers, two programs an SM): 4, 8 from 256 sequences;
+    exact 2 below 128 or from 1024, 4 below 256, else 8. Three query rows (a warpgroup each): 2 below 256 sequences,
+    then 8 (fp8) or 4 (exact)."""
     if next_n == 3:
         return 2 if batch < 256 else 4 if exact else 8
+    if next_n == 1:
+        if batch >= 256:
+            return 8
+        if exact or gather:
+            return 3 if batch < 128 else 6 if exact else 2
+        return 2
     if exact:
         return 2 if batch < 128 or batch >= 1024 else 4 if batch < 256 else 8
-    if batch >= 256:
-        return 8
-    return 2 if next_n == 1 else 4
+    return 8 if batch >= 256 else 4
 
 
-def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False,
-                  programs_per_sm: int | None = None, stages: int = 4) -> HopperConfig:
-    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape. Three
-    query rows get a math warpgroup each (10-14% faster than one warpgroup for all four padded rows at 64 and 256
-    sequences); at two rows one warpgroup was 3-5% faster."""
-    pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact)
+def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False, block_size: int = 64,
+                  programs_per_sm: int | None = None, stages: int | None = None) -> HopperConfig:
+    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape; the
+    gather takes 3 (the same at one query row, 49.6 us instead of 59.0 at B=64 next_n=2: its copies pass through
+    L1, which shares the SM's memory with the ring). Three query rows get a math warpgroup each (10-14% faster than
+    one warpgroup for all four padded rows at 64 and 256 sequences); at two rows one warpgroup was 3-5% faster."""
+    gather = gathers(block_size)
+    pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather)
     rows = next_n == 3
-    return HopperConfig(split_row(batch, max_model_len, pps), stages, hopper_maxnreg(next_n, exact, rows),
-                        row_warpgroups=rows)
+    return HopperConfig(split_row(batch, max_model_len, pps), stages or (3 if gather else 4),
+                        hopper_maxnreg(next_n, exact, rows), row_warpgroups=rows)
 
 
 def hopper_maxnreg(next_n: int, exact: bool, row_warpgroups: bool = False) -> int:
-    """Registers a thread for the Hopper kernel, the fewest ptxas fits without spilling (compiled for sm90a): 80
-    fit one query row's fp8 accumulators; two rows, or the exact path's widened keys, need 128. A warpgroup per
-    row fits in 64 (fp8), so that two programs of three rows (16 warps) share an SM."""
-    if exact:
-        return 128
-    if row_warpgroups:
+    """Registers a thread for the Hopper kernel, the fewest ptxas fits without spilling (compiled for sm90a; the
+    math warpgroup gets more through setmaxnreg, what the loader leaves): 80 fit one query row, in either precision
+    (three programs an SM); two rows, or the exact path's widened keys for two, need 128. A warpgroup per row fits
+    in 64 (fp8), so that two programs of three rows (16 warps) share an SM."""
+    if row_warpgroups and not exact:
         return 64
     return 80 if next_n == 1 else 128
 

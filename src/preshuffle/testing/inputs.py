@@ -62,6 +62,17 @@ def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: 
     return problem.to(device or kernel_device.KERNEL_DEVICE)
 
 
+def _contexts(shape: Shape, g: torch.Generator) -> torch.Tensor:
+    lo, hi = int(0.7 * shape.avg_ctx), int(1.3 * shape.avg_ctx)
+    return torch.randint(lo, hi + 1, (shape.batch,), generator=g, dtype=torch.int64).clamp(min=shape.next_n)
+
+
+def benchmark_max_model_len(shape: Shape, seed: int = 0) -> int:
+    """The ``max_model_len`` of :func:`benchmark_problem` (its longest context), without building the problem: what
+    a launch rule is given for that shape."""
+    return int(_contexts(shape, torch.Generator(device="cpu").manual_seed(seed)).max())
+
+
 def benchmark_problem(shape: Shape, block_size: int, layout: str = "normal", *, heads: int = HEADS, seed: int = 0,
                       device_name: str | None = None) -> PagedMQAProblem:
     """Random inputs like DeepGEMM's test: ctx_b uniform in [0.7, 1.3] x average, pages drawn from a random
@@ -71,9 +82,7 @@ def benchmark_problem(shape: Shape, block_size: int, layout: str = "normal", *, 
     a 4 GB cache cheap; the correctness of the writer itself is tested in tests/test_cache.py."""
     dev = torch.device(device_name or kernel_device.KERNEL_DEVICE)
     g = torch.Generator(device="cpu").manual_seed(seed)
-    lo, hi = int(0.7 * shape.avg_ctx), int(1.3 * shape.avg_ctx)
-    ctx = torch.randint(lo, hi + 1, (shape.batch,), generator=g, dtype=torch.int64)
-    ctx = ctx.clamp(min=shape.next_n)
+    ctx = _contexts(shape, g)
     blocks_per_seq = (ctx + block_size - 1) // block_size
     num_blocks = int(blocks_per_seq.sum())
     max_blocks = int(blocks_per_seq.max())
