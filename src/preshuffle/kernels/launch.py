@@ -118,8 +118,8 @@ def gathers(block_size: int) -> bool:
 def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = False) -> int:
     """Programs per SM for the Hopper kernel, from the H200 sweeps (benchmarks/NOTES.md; results/h200-hopper-sweep.json
     and results/h200-gather-sweep.json). One query row, 80 registers (three programs an SM): fp8 2 below 256
-    sequences, 8 from there; the exact path and the gather, whose chunks take longer, 3 below 128 sequences (the
-    exact path 6 below 256). Two rows share an MMA (128 registers, two programs an SM): 4, 8 from 256 sequences;
+    sequences, 8 from there; the exact path and the gather, whose chunks take longer, 3 below 128 sequences, 6 below
+    256. Two rows share an MMA (128 registers, two programs an SM): 4, 8 from 256 sequences;
     exact 2 below 128 or from 1024, 4 below 256, else 8. Three query rows (a warpgroup each): 2 below 256 sequences,
     then 8 (fp8) or 4 (exact)."""
     if next_n == 3:
@@ -128,7 +128,7 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = 
         if batch >= 256:
             return 8
         if exact or gather:
-            return 3 if batch < 128 else 6 if exact else 2
+            return 3 if batch < 128 else 6
         return 2
     if exact:
         return 2 if batch < 128 or batch >= 1024 else 4 if batch < 256 else 8
