@@ -58,7 +58,7 @@ def test_summary_sets_our_paths_beside_deepgemm_of_the_same_run(record):
         if shape.next_n <= 2:
             block16 = report.find(record, shape, kernel="hopper", precision="fp8", variant="block16-normal")
             assert r["block16-normal_over_block64"] == pytest.approx(block16["us"] / ours["us"])
-            block1 = report.find(record, shape, kernel="portable", precision="fp8", variant="block1")
+            block1 = report.find(record, shape, kernel="hopper", precision="fp8", variant="block1")  # gathered
             assert r["block1_over_block64"] == pytest.approx(block1["us"] / ours["us"])
     assert "* DeepGEMM on the same rows flattened" in report.format_summary(list(rows.values()))
 
@@ -203,3 +203,14 @@ def test_the_next_n_3_rule_is_the_committed_sweeps_fastest_fp8_launch(monkeypatc
     rule = launch.hopper_config(batch, 3, 8192)
     assert json.loads(fastest) == {"row_warpgroups": rule.row_warpgroups, "maxnreg": rule.maxnreg}
     assert fp8[fastest]["pps"] == launch.hopper_programs_per_sm(batch, 3, exact=False)
+
+
+def test_gather_costs_compare_each_caches_fastest_fp8_launch():
+    rows = [{"shape": "s", "variant": "block1", "config": {}, "pps": 2, "us": 30.0},
+            {"shape": "s", "variant": "block1", "config": {"stages": 3}, "pps": 3, "us": 24.0},
+            {"shape": "s", "variant": "block1", "config": {}, "pps": 3, "us": 9.0, "loader": "an experiment"},
+            {"shape": "s", "variant": "block1", "config": {"precision": "exact"}, "pps": 3, "us": 5.0},
+            {"shape": "s", "variant": "block64-normal", "config": {}, "pps": 2, "us": 16.0},
+            {"shape": "s", "variant": "block64-normal", "config": {}, "pps": 4, "us": 20.0},
+            {"shape": "t", "variant": "block1", "config": {}, "pps": 2, "us": 7.0}]  # no block 64 to compare with
+    assert report.gather_costs(rows) == [{"shape": "s", "block1_us": 24.0, "block64_us": 16.0, "ratio": 1.5}]

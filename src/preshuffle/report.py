@@ -121,6 +121,19 @@ def best_splits(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
     return best
 
 
+def gather_costs(rows: list[dict]) -> list[dict]:
+    """Block 1 (gathered) against 64-token pages (TMA) in a launch sweep with both (results/h200-gather-sweep.json):
+    per shape, the fastest fp8 launch of each, and their ratio. Rows of an experimental loader are left out."""
+    best = {}
+    for row in rows:
+        if "loader" in row or "us" not in row or "exact" in json.dumps(row["config"]):
+            continue
+        key = (row["shape"], row["variant"])
+        best[key] = min(best.get(key, float("inf")), row["us"])
+    return [{"shape": shape, "block1_us": us, "block64_us": best[(shape, BASE)], "ratio": us / best[(shape, BASE)]}
+            for (shape, variant), us in best.items() if variant == "block1" and (shape, BASE) in best]
+
+
 def host_us(record: dict) -> dict[Shape, float]:
     """Host time of one unchecked call, per shape measured."""
     return {Shape(**h["shape"]): h["us"] for h in record.get("host_us", [])}
