@@ -96,7 +96,8 @@ def test_hopper_config_refuses_a_split_off_the_chunk_grid():
         HopperConfig(64, stages=1)
     with pytest.raises(ValueError, match=r"maxnreg must be a multiple of 8 in \[24, 256\]"):
         HopperConfig(64, maxnreg=100)
-    with pytest.raises(ValueError, match=r"loader_regs must be a multiple of 8 in \[24, 256\] \(setmaxnreg's range\), got 16"):
+    with pytest.raises(ValueError,
+                       match=r"loader_regs must be a multiple of 8 in \[24, 256\] \(setmaxnreg's range\), got 16"):
         HopperConfig(64, loader_regs=16)
 
 

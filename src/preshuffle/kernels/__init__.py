@@ -66,8 +66,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     precision asked for raises ValueError naming what it lacks.
 
     On an sm90 GPU the Hopper kernel runs when it takes the dimensions (head_dim 128, 16-128 heads, next_n <= 4;
-    any block size: multiples of 16 through TMA, others gathered), else the portable one; ``config`` picks one explicitly (:class:`HopperConfig` or
-    :class:`LaunchConfig`) and sets its launch. The kernel block size is read from ``kv_cache.shape[1]``.
+    any block size: multiples of 16 through TMA, others gathered), else the portable one; ``config`` picks one
+    explicitly (:class:`HopperConfig` or :class:`LaunchConfig`) and sets its launch. The kernel block size is read
+    from ``kv_cache.shape[1]``.
 
     ``check_values=False`` skips the checks that read context lengths and block ids on the host (a device sync);
     the result stays defined for any values: NaN where a row may see a position whose block id is outside the

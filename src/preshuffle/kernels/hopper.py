@@ -152,7 +152,8 @@ def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
     tok = gl.arange(0, _CHUNK, layout=flat)
     t_k = gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, keys))
     d = gl.arange(0, _D, layout=gl.SliceLayout(0, keys))
-    # Ids three chunks ahead: a chunk's copies are issued faster than one id load returns from memory.
+    # Ids three chunks ahead, so that no id load's latency sits between a free stage and its copies (on the H200,
+    # one chunk ahead measured the same).
     ahead = (_gather_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE),
              _gather_ids(bt_row, start + _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE),
              _gather_ids(bt_row, start + 2 * _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE))
@@ -386,14 +387,16 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
             (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
             (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
             (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
-            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, LOADER_WARPS], [MATH_REGS, MATH_REGS, LOADER_REGS])
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, LOADER_WARPS],
+            [MATH_REGS, MATH_REGS, LOADER_REGS])
     else:
         gl.warp_specialize([
             (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
             (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
             (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
             (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
-            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, 4, LOADER_WARPS], [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
+            (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, 4, LOADER_WARPS],
+            [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
 
 
 def sources(kv_cache: torch.Tensor, layout: str) -> tuple:
@@ -423,9 +426,10 @@ def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, 
 
 class HopperLaunch:
     """One compiled specialisation, called through its C launcher with the cache's TMA descriptors already
-    encoded and the dimension arguments fixed: what is left of a call's host work is passing five tensors."""
+    encoded (or, for the gather, its address) and the dimension arguments fixed: what is left of a call's host work
+    is passing five tensors."""
 
-    def __init__(self, compiled, descs, grid, fixed):
+    def __init__(self, compiled, srcs, grid, fixed):
         from triton.backends.nvidia.driver import make_tensordesc_arg
 
         launcher = compiled.run
@@ -440,17 +444,17 @@ class HopperLaunch:
         self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
                      compiled.packed_metadata, None, None, None)
         # Encoded once; addresses as ints, so a launch keeps no cache alive.
-        metas = cells["tensordesc_meta"] or [None] * len(descs)
-        self.descs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
-                           for desc, meta in zip(descs, metas)
-                           for x in ((desc,) if isinstance(desc, torch.Tensor) else make_tensordesc_arg(desc, meta)))
+        metas = cells["tensordesc_meta"] or [None] * len(srcs)
+        self.srcs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
+                          for src, meta in zip(srcs, metas)
+                          for x in ((src,) if isinstance(src, torch.Tensor) else make_tensordesc_arg(src, meta)))
         self.grid, self.fixed = grid, fixed
 
     def __call__(self, q, weights, context_lens, block_tables, out):
         # Addresses as ints: the launcher then skips its own data_ptr call and driver query for each tensor (the
         # call's cache key already holds their devices).
         self.raw(self.grid[0], self.grid[1], 1, torch._C._cuda_getCurrentRawStream(q.get_device()), *self.head,
-                 q.data_ptr(), *self.descs, weights.data_ptr(), context_lens.data_ptr(), block_tables.data_ptr(),
+                 q.data_ptr(), *self.srcs, weights.data_ptr(), context_lens.data_ptr(), block_tables.data_ptr(),
                  out.data_ptr(), *self.fixed)
 
 
@@ -497,12 +501,12 @@ def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, lay
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
                                          config=config)
     if gathers(block_size):
-        sources_ = {"kv_src": "*fp8e4nv", "sc_src": "*fp32"}
+        cache_args = {"kv_src": "*fp8e4nv", "sc_src": "*fp32"}
     else:
         values, scales = descriptors(torch.empty(1, block_size, 1, HEAD_DIM + 4, dtype=torch.uint8), layout)
-        sources_ = {"kv_src": f"tensordesc<fp8e4nv{values.block_shape},{values.layout!r}>",
-                    "sc_src": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>"}
-    signature = {"q_ptr": "*fp8e4nv", **sources_,
+        cache_args = {"kv_src": f"tensordesc<fp8e4nv{values.block_shape},{values.layout!r}>",
+                      "sc_src": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>"}
+    signature = {"q_ptr": "*fp8e4nv", **cache_args,
                  "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32",
                  **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "tokens_per_program",
                                   "num_blocks"), "i32"),
