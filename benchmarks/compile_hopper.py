@@ -1,6 +1,6 @@
 """Compile the Hopper kernel for sm90a on a machine without a GPU and print what each variant costs: registers,
-stack (spills), shared memory and warps of a program, the programs an SM's registers hold, and its tensor-core and
-shared-memory instructions. What the launch rule and HopperConfig choose can be checked here before any device
+stack (spills), shared memory and warps of a program, the programs an SM's registers hold, and its tensor-core,
+shared-memory and copy (TMA, cp.async) instructions. What the launch rule and HopperConfig choose can be checked here before any device
 time is spent.
 
     python benchmarks/compile_hopper.py
@@ -30,7 +30,8 @@ def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=N
     compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config)
     ops = sass.instruction_counts(compiled)
     return {"variant": [next_n, block_size, layout, exact, row_warpgroups], **sass.resources(compiled),
-            "gmma": ops["HGMMA"] + ops["QGMMA"], "lds": ops["LDS"], "ldsm": ops["LDSM"]}
+            "gmma": ops["HGMMA"] + ops["QGMMA"], "lds": ops["LDS"], "ldsm": ops["LDSM"], "tma": ops["UTMALDG"],
+            "cp_async": ops["LDGSTS"]}
 
 
 def line(r: dict) -> str:
@@ -39,7 +40,7 @@ def line(r: dict) -> str:
     return (f"next_n {next_n} block {block_size:2d} {layout:7s} {'exact' if exact else 'fp8':5s} "
             f"rows {'yes' if row_warpgroups else 'no ':3s} | {r['registers']:3d} regs, stack {r['stack']:3d}, "
             f"{r['shared']:6d} B shared, {r['warps']:2d} warps, {programs} programs/SM by registers | "
-            f"GMMA {r['gmma']:2d}, LDS {r['lds']:3d}, LDSM {r['ldsm']:2d}")
+            f"GMMA {r['gmma']:2d}, LDS {r['lds']:3d}, LDSM {r['ldsm']:2d}, TMA {r['tma']}, cp.async {r['cp_async']:2d}")
 
 
 def main(argv=None):

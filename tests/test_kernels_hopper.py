@@ -194,8 +194,10 @@ def test_every_path_compiles_for_sm90a_within_its_register_budget():
     variants = json.loads(done.stdout)
     assert len(variants) == 10
     for r in variants:
-        next_n, _, _, exact, row_warpgroups = r["variant"]
+        next_n, block_size, _, exact, row_warpgroups = r["variant"]
         assert r["stack"] == 0, r
+        # Pages of a multiple of 16 tokens come by TMA alone, the others by cp.async alone.
+        assert (r["tma"] > 0, r["cp_async"] > 0) == (not launch.gathers(block_size), launch.gathers(block_size)), r
         assert r["registers"] <= launch.hopper_maxnreg(next_n, exact, row_warpgroups), r
         assert r["warps"] == 4 * (next_n if row_warpgroups else 1) + 4, r
         assert r["gmma"] > 0, r  # the MMAs are warpgroup MMAs (HGMMA/QGMMA), not a fallback
