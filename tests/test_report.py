@@ -206,11 +206,13 @@ def test_the_next_n_3_rule_is_the_committed_sweeps_fastest_fp8_launch(monkeypatc
 
 
 def test_gather_costs_compare_each_caches_fastest_fp8_launch():
-    rows = [{"shape": "s", "variant": "block1", "config": {}, "pps": 2, "us": 30.0},
-            {"shape": "s", "variant": "block1", "config": {"stages": 3}, "pps": 3, "us": 24.0},
-            {"shape": "s", "variant": "block1", "config": {}, "pps": 3, "us": 9.0, "loader": "an experiment"},
-            {"shape": "s", "variant": "block1", "config": {"precision": "exact"}, "pps": 3, "us": 5.0},
-            {"shape": "s", "variant": "block64-normal", "config": {}, "pps": 2, "us": 16.0},
-            {"shape": "s", "variant": "block64-normal", "config": {}, "pps": 4, "us": 20.0},
-            {"shape": "t", "variant": "block1", "config": {}, "pps": 2, "us": 7.0}]  # no block 64 to compare with
+    fp8, exact = {"precision": "fp8"}, {"precision": "exact"}
+    rows = [{"shape": "s", "variant": "block1", "config": {}, "launch": fp8, "pps": 2, "us": 30.0},
+            {"shape": "s", "variant": "block1", "config": {"stages": 3}, "launch": fp8, "pps": 3, "us": 24.0},
+            {"shape": "s", "variant": "block1", "config": {}, "launch": fp8, "pps": 3, "us": 9.0,
+             "loader": "an experiment"},
+            {"shape": "s", "variant": "block1", "config": {"precision": "exact"}, "launch": exact, "pps": 3, "us": 5.0},
+            {"shape": "s", "variant": "block64-normal", "config": {}, "launch": fp8, "pps": 2, "us": 16.0},
+            {"shape": "s", "variant": "block64-normal", "config": {}, "launch": fp8, "pps": 4, "us": 20.0},
+            {"shape": "t", "variant": "block1", "config": {}, "launch": fp8, "pps": 2, "us": 7.0}]  # no block 64 here
     assert report.gather_costs(rows) == [{"shape": "s", "block1_us": 24.0, "block64_us": 16.0, "ratio": 1.5}]

@@ -126,7 +126,7 @@ def gather_costs(rows: list[dict]) -> list[dict]:
     per shape, the fastest fp8 launch of each, and their ratio. Rows of an experimental loader are left out."""
     best = {}
     for row in rows:
-        if "loader" in row or "us" not in row or "exact" in json.dumps(row["config"]):
+        if "loader" in row or "us" not in row or row["launch"]["precision"] != "fp8":
             continue
         key = (row["shape"], row["variant"])
         best[key] = min(best.get(key, float("inf")), row["us"])

@@ -96,9 +96,11 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     max_model_len = dims.max_model_len  # a plain int, whatever integer type the caller passed
     if config is not None and not isinstance(config, (LaunchConfig, HopperConfig)):
         raise TypeError(f"config must be a LaunchConfig or a HopperConfig, got {type(config).__name__}")
-    if kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config) == "portable":
-        if isinstance(config, HopperConfig):
-            raise ValueError("a HopperConfig needs an sm90 GPU; this process runs the portable kernel")
+    kernel = kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config)
+    if kernel == "portable" and isinstance(config, HopperConfig):
+        raise ValueError("a HopperConfig needs an sm90 GPU; this process runs the portable kernel")
+    out = output_tensor(out, (dims.batch * dims.next_n, max_model_len), q.device)
+    if kernel == "portable":
         config = config or default_config(dims.batch, max_model_len)
         if config.dot != "fp8-acc32" or precision != "fp8":  # fp8-acc32: the fp8 MMA with fp32 promotion
             config = dataclasses.replace(config, dot=_DOT[precision])
@@ -106,8 +108,6 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
                                          layout=layout, config=config, out=out)
     from .hopper import launch_hopper
 
-    shape = (dims.batch * dims.next_n, max_model_len)
-    out = output_tensor(out, shape, q.device)
     if out.numel() == 0:
         return out
     contiguous = (q.contiguous(), weights.contiguous(), context_lens.contiguous(), block_tables.contiguous())

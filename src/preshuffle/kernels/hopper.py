@@ -47,7 +47,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .launch import CHUNK, HopperConfig, gathers, hopper_registers, math_warpgroups
+from .launch import CHUNK, HopperConfig, gathers, hopper_loader_regs, hopper_registers, math_warpgroups
 
 HEAD_DIM = 128
 _CHUNK = gl.constexpr(CHUNK)  # positions per MMA (and per stage of the ring)
@@ -467,7 +467,7 @@ def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx
                       TOK=CHUNK if gather else min(block_size, CHUNK), STAGES=config.stages,
                       SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d, EXACT=exact, GATHER=gather,
                       MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg, LOADER_WARPS=4 if gather else 1,
-                      LOADER_REGS=config.loader_regs or (56 if gather else 40))
+                      LOADER_REGS=config.loader_regs or hopper_loader_regs(block_size))
     return constexprs, maxnreg
 
 

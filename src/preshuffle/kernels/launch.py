@@ -87,7 +87,7 @@ class HopperConfig:
     """How one call of the Hopper kernel is cut: ``tokens_per_program`` positions per program (a multiple of 64),
     a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
     programs share an SM, and ptxas must fit the math warpgroups in it; the loader gets ``loader_regs``, by
-    default the fewest it fits in without spilling: 40 for the TMA loader warp, 56 for the cp.async gather).
+    default :func:`hopper_loader_regs`'s).
     ``row_warpgroups``: with next_n >= 2, a math warpgroup for each query row, all reading the same stages, instead
     of one warpgroup for every row."""
 
@@ -156,6 +156,12 @@ def hopper_maxnreg(next_n: int, exact: bool, row_warpgroups: bool = False) -> in
     if row_warpgroups and not exact:
         return 64
     return 80 if next_n == 1 else 128
+
+
+def hopper_loader_regs(block_size: int) -> int:
+    """Registers a loader thread gets, the fewest ptxas fits without spilling: 40 for the TMA loader warp, 56 for
+    the cp.async gather's loader warpgroup (its 16 copies a chunk each hold an address)."""
+    return 56 if gathers(block_size) else 40
 
 
 def math_warpgroups(config: HopperConfig, next_n: int) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .. import device  # noqa: F401 (first: sets TRITON_INTERPRET before the kernel below is decorated)
-from ..contract import CallDims, output_tensor
+from ..contract import CallDims
 from .launch import LaunchConfig, whole_row
 
 import triton  # noqa: E402
@@ -223,17 +223,15 @@ def _paged_mqa_logits_kernel(
 
 
 def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims: CallDims, *,
-                              layout: str, config: LaunchConfig, out: torch.Tensor | None):
+                              layout: str, config: LaunchConfig, out: torch.Tensor):
     """Launch the portable kernel on inputs :func:`preshuffle.kernels.fp8_paged_mqa_logits` checked (``dims``:
-    shapes and values; ``q`` e4m3, tensors on the kernels' device)."""
+    shapes and values; ``q`` e4m3, tensors on the kernels' device; ``out`` the checked output tensor)."""
     if dims.heads < 16 or dims.heads & (dims.heads - 1):
         raise ValueError(f"the Triton kernel needs a power-of-two number of heads >= 16, got {dims.heads}")
     if dims.head_dim & (dims.head_dim - 1):
         raise ValueError(f"the Triton kernel needs a power-of-two head_dim, got {dims.head_dim}")
     tokens_per_program = config.tokens_per_program or whole_row(max_model_len, config.chunk)
     block_tables = block_tables.contiguous()
-    shape = (dims.batch * dims.next_n, max_model_len)
-    out = output_tensor(out, shape, q.device)
     if out.numel() == 0:
         return out
     grid = (dims.batch, triton.cdiv(max_model_len, tokens_per_program))
