@@ -5,7 +5,8 @@
 #   bash benchmarks/run_h200.sh OUTDIR STEP...
 # STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
 # sweep-gather (block 1, gathered, beside block 64), sweep-exact (the exact path at 80 registers, 3 programs an SM),
-# ncu-gather (DRAM bytes of the gather beside TMA's),
+# ncu-gather (DRAM bytes of the gather beside TMA's), ncu-source (where the warps wait, per SASS instruction:
+# benchmarks/ncu_stalls.py),
 # ncu (benchmarks/ncu_hopper.py under ncu), deepgemm (build it), bench (python -m preshuffle bench --against deepgemm), tests (every test), nbval.
 set -uo pipefail
 out=$1
@@ -35,6 +36,16 @@ for step; do
                    --programs-per-sm 2 3 4 6 8 --configs '{}' '{"precision": "exact"}' \
                    '{"precision": "exact", "maxnreg": 80}' > "$out/sweep-exact.log" 2>&1
                  tail -19 "$out/sweep-exact.log" ;;
+    ncu-source) for args in '256 2 65536 {}' '256 1 8192 {}'; do
+                  set -- $args
+                  tag=$1-$2-$3
+                  ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel --set full \
+                    --import-source no -f -o "/tmp/ncu-$tag" python3 benchmarks/ncu_hopper.py "$@" > /dev/null 2>&1
+                  ncu --import "/tmp/ncu-$tag.ncu-rep" --page source --print-source sass --csv > "$out/ncu-source-$tag.csv" 2>&1
+                  ncu --import "/tmp/ncu-$tag.ncu-rep" --page details > "$out/ncu-details-$tag.txt" 2>&1
+                  grep -E "Duration|DRAM Throughput|Issued Warp|Eligible Warps" "$out/ncu-details-$tag.txt"
+                  python3 benchmarks/ncu_stalls.py "$out/ncu-source-$tag.csv"
+                done ;;
     ncu-gather) for args in '4096 1 8192 {"block_size":1}' '4096 1 8192 {}' '256 1 8192 {"block_size":1}'; do
                   ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel --metrics \
                     gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum \
