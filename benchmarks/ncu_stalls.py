@@ -35,6 +35,8 @@ def count(value: str) -> int:
 def summary(rows: list[dict], top: int = 12) -> str:
     reasons = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
     total = sum(count(r[SAMPLES]) for r in rows)
+    if not total:
+        raise ValueError("the profile has no warp stall samples: take it with --set full")
     by_reason = collections.Counter({k: sum(count(r[k]) for r in rows) for k in reasons})
     lines = [f"{total} samples"]
     lines += [f"  {k[6:]:20s} {v:7d} {100 * v / total:5.1f}%" for k, v in by_reason.most_common(8)]

@@ -45,3 +45,10 @@ def test_read_rejects_a_file_without_the_source_header(tool, tmp_path):
     path.write_text("Section: GPU Speed Of Light Throughput\n")
     with pytest.raises(ValueError, match="Address,Source"):
         tool.read(str(path))
+
+
+def test_summary_rejects_a_profile_without_samples(tool, tmp_path):
+    path = tmp_path / "prof.csv"
+    write_csv(path, [["0x7f0000000100", "  EXIT", "-", "4", "-", "-", "-"]])
+    with pytest.raises(ValueError, match="no warp stall samples"):
+        tool.summary(tool.read(str(path)))
