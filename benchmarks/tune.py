@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from preshuffle import benchmark, report
 from preshuffle.kernels import HopperConfig, LaunchConfig
-from preshuffle.kernels.launch import config_for, hopper_maxnreg, split_row
+from preshuffle.kernels.launch import config_for, dot_precision, hopper_maxnreg, split_row
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from preshuffle.testing import timing
@@ -60,7 +60,7 @@ def _hopper_fields(fields: dict, next_n: int) -> tuple[str, dict]:
 def make_config(kernel: str, fields: dict, batch: int, max_model_len: int, programs_per_sm: int, next_n: int = 1):
     """(precision, configuration) of one --configs value at a split."""
     if kernel == "portable":
-        precision = "exact" if fields.get("dot", LaunchConfig.dot) == "fp16" else "fp8"
+        precision = dot_precision(fields.get("dot", LaunchConfig.dot))
         return precision, config_for(batch, max_model_len, programs_per_sm=programs_per_sm, **fields)
     precision, fields = _hopper_fields(fields, next_n)
     return precision, HopperConfig(split_row(batch, max_model_len, programs_per_sm), **fields)

@@ -16,8 +16,8 @@ from preshuffle.device import KernelSupport, current_support, kernel_support, re
 # The GPUs readers bring, by compute capability: what each runs (from Triton 3.6, see device.py).
 GPUS = {
     (7, 5): ("Tesla T4", (), False),
-    (8, 0): ("NVIDIA A100-SXM4-80GB", (), False),
-    (8, 6): ("NVIDIA A10", (), False),
+    (8, 0): ("NVIDIA A100-SXM4-80GB", ("exact",), False),
+    (8, 6): ("NVIDIA A10", ("exact",), False),
     (8, 9): ("NVIDIA L4", ("fp8", "exact"), False),
     (9, 0): ("NVIDIA H200", ("fp8", "exact"), True),
     (10, 0): ("NVIDIA B200", ("fp8", "exact"), False),
@@ -32,8 +32,9 @@ def test_kernel_support_for_each_gpu(capability):
     assert support.device == f"{name} (sm{capability[0]}{capability[1]})" and support.capability == capability
     assert support.precisions == precisions and support.hopper is hopper
     assert (support.missing == "") is (capability == (9, 0))
+    assert support.fp8_types is (capability >= (8, 9))  # below, the exact path decodes e4m3 itself
     if precisions:
-        assert support.default_precision == "fp8"  # fp8 MMAs exist from sm89
+        assert support.default_precision == precisions[0] == ("fp8" if support.fp8_types else "exact")
     else:
         with pytest.raises(ValueError, match=rf"^{name} \(sm\d+\) can run no kernel path: it lacks compute capa"):
             support.default_precision
@@ -94,8 +95,8 @@ def test_current_support_describes_this_process():
     require_precision(support.default_precision)  # what this process picks, it runs
 
 
-# Compiles (never runs) one fp8 kernel for a target: both paths view bytes as float8e4nv, then an fp16 dot
-# (exact) and an fp8 dot. Prints whether it compiled and whether the fp8 dot became a wgmma.
+# Compiles (never runs) one fp8 kernel for a target: bytes viewed as float8e4nv, then an fp16 dot (what the exact
+# path runs where the type exists) and an fp8 dot. Prints whether it compiled and whether the fp8 dot became a wgmma.
 COMPILE = """
 import json, sys
 import triton, triton.language as tl
@@ -125,8 +126,9 @@ print(json.dumps(results))
 
 
 def test_kernel_support_agrees_with_what_triton_compiles(tmp_path):
-    """Triton's own compiler, for each GPU of the table (no GPU needed): the fp8 paths compile exactly where
-    kernel_support lets them run, and the fp8 dot is a Hopper wgmma exactly where it says hopper."""
+    """Triton's own compiler, for each GPU of the table (no GPU needed): a kernel on Triton's e4m3 type compiles
+    exactly where kernel_support gives the fp8 path (and says fp8_types; elsewhere the exact path decodes, see
+    test_kernels_decode.py), and the fp8 dot is a Hopper wgmma exactly where it says hopper."""
     script = tmp_path / "compile_both_paths.py"  # Triton reads a kernel's source from its file
     script.write_text(COMPILE)
     targets = [10 * major + minor for major, minor in GPUS]
@@ -136,7 +138,7 @@ def test_kernel_support_agrees_with_what_triton_compiles(tmp_path):
     compiled = json.loads(out.stdout)
     for (major, minor), (_, precisions, hopper) in GPUS.items():
         result = compiled[str(10 * major + minor)]
-        assert result == {"compiles": bool(precisions), "wgmma": hopper}, (major, minor, result)
+        assert result == {"compiles": "fp8" in precisions, "wgmma": hopper}, (major, minor, result)
 
 
 def test_version_flag_prints_versions_device_and_paths():

@@ -23,9 +23,10 @@ KERNEL_DEVICE = "cpu" if INTERPRETED else "cuda"
 # and adds exact products in fp32; "fp8" feeds the fp8 values to fp8 MMAs, whose narrow accumulator rounds.
 PRECISIONS = ("exact", "fp8")
 # Compute capabilities, from Triton 3.6: its README supports NVIDIA GPUs from 8.0; its NVIDIA backend
-# (backends/nvidia/compiler.py) admits float8e4nv, the e4m3 type both paths view the cache as, only from 8.9, for
-# loads, for the conversion to fp16 (cvt.rn.f16x2.e4m3x2) and for tl.dot alike; wgmma and the TMA of the Hopper
-# kernel exist on sm90 alone (sm100 has tcgen05 instead, sm120 mma.sync).
+# (backends/nvidia/compiler.py) admits float8e4nv, the e4m3 type of the cache, only from 8.9, for loads, for the
+# conversion to fp16 (cvt.rn.f16x2.e4m3x2) and for tl.dot alike: below it the fp8 path cannot compile, and the
+# exact path decodes e4m3 bytes with integer instructions instead; wgmma and the TMA of the Hopper kernel exist on
+# sm90 alone (sm100 has tcgen05 instead, sm120 mma.sync).
 TRITON_MIN = (8, 0)
 FP8E4NV_MIN = (8, 9)
 HOPPER = (9, 0)
@@ -34,17 +35,20 @@ HOPPER = (9, 0)
 @dataclass(frozen=True)
 class KernelSupport:
     """What one device can run: the kernel paths (``precisions``, in preference order), whether the sm90
-    TMA/WGMMA kernel can run, and what it lacks, for error messages ("" when nothing is missing)."""
+    TMA/WGMMA kernel can run, what it lacks, for error messages ("" when nothing is missing), and whether Triton
+    has the e4m3 type there (``fp8_types``; without it the exact path decodes the bytes itself)."""
 
     device: str
     capability: tuple[int, int] | None
     precisions: tuple[str, ...]
     hopper: bool
     missing: str
+    fp8_types: bool = True
 
     @property
     def default_precision(self) -> str:
-        """fp8 where fp8 MMAs exist (sm89 and newer), exact under the interpreter (which computes both exactly)."""
+        """fp8 where fp8 MMAs exist (sm89 and newer), else exact: under the interpreter (which computes both exactly)
+        and on sm80-sm86."""
         if not self.precisions:
             raise ValueError(f"{self.device} can run no kernel path: it lacks {self.missing}")
         return self.precisions[0]
@@ -64,14 +68,17 @@ def kernel_support(capability: tuple[int, int] | None, name: str = "") -> Kernel
     lacks = []
     if capability < TRITON_MIN:
         lacks.append("compute capability 8.0, the oldest Triton supports")
+        precisions = ()
     elif capability < FP8E4NV_MIN:
         lacks.append("compute capability 8.9, from which Triton compiles fp8 e4m3 (float8e4nv) loads, conversions "
-                     "and dots, used by both kernel paths")
-    precisions = ("fp8", "exact") if not lacks else ()
+                     "and dots: the fp8 path needs them (the exact path decodes e4m3 with integer instructions)")
+        precisions = ("exact",)
+    else:
+        precisions = ("fp8", "exact")
     hopper = capability == HOPPER
     if not hopper:
         lacks.append("the sm90 TMA/WGMMA of the Hopper kernel")
-    return KernelSupport(device, capability, precisions, hopper, "; ".join(lacks))
+    return KernelSupport(device, capability, precisions, hopper, "; ".join(lacks), capability >= FP8E4NV_MIN)
 
 
 def current_support() -> KernelSupport:
@@ -88,6 +95,16 @@ def require_precision(precision: str, support: KernelSupport | None = None) -> N
     support = support or current_support()
     if precision not in support.precisions:
         raise ValueError(f"{support.device} cannot run the {precision} kernel path: it lacks {support.missing}")
+
+
+def require_fp8_types(what: str, support: KernelSupport | None = None) -> None:
+    """Raise ValueError unless Triton has the e4m3 type on this process's device (``support``): ``what`` (a kernel
+    that views the cache as fp8) cannot compile without it."""
+    support = support or current_support()
+    if not support.fp8_types:
+        raise ValueError(f"{what} views the cache as Triton's e4m3 type, which {support.device} lacks (compute "
+                         f"capability 8.9): run it on the CPU (TRITON_INTERPRET=1), or call "
+                         f"fp8_paged_mqa_logits(..., precision='exact'), which decodes e4m3 here")
 
 
 def require_kernel_devices(**tensors: torch.Tensor) -> None:

@@ -11,12 +11,14 @@ import torch
 
 from .. import device
 from ..contract import check_inputs, output_tensor
-from .launch import HopperConfig, LaunchConfig, default_config, hopper_config
+from .launch import HopperConfig, LaunchConfig, default_config, dot_precision, hopper_config
 from .portable import portable_paged_mqa_logits
 
 __all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
 
 # The portable kernel's MMA for each precision: fp8 values widened to fp16 (exact products, fp32 sums), or fp8.
+# A LaunchConfig may ask for another MMA of the same precision (fp8 with fp32 promotion, fp16 on decoded values);
+# a GPU without Triton's e4m3 type decodes.
 _DOT = {"exact": "fp16", "fp8": "fp8"}
 # Launches of the Hopper kernel for unchecked calls, by everything a call's checks and Triton's specialisation
 # depend on (dimensions, dtypes, devices, contiguity, 16-byte alignment, the cache's address). A launch holds the
@@ -62,8 +64,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
 
     ``precision``: "fp8" multiplies the fp8 values on fp8 tensor cores (DeepGEMM's numerics, what vLLM runs on
     Hopper: about 3e-4 of each logit's sum of |terms|), "exact" adds exact products in fp32 (1e-7). Default: fp8
-    on a GPU with fp8 MMAs, exact under the interpreter (which computes both exactly); a GPU that cannot run the
-    precision asked for raises ValueError naming what it lacks.
+    on a GPU with fp8 MMAs, else exact (under the interpreter, which computes both exactly, and on sm80-sm86, where
+    the portable kernel decodes e4m3 with integer instructions); a GPU that cannot run the precision asked for
+    raises ValueError naming what it lacks.
 
     On an sm90 GPU the Hopper kernel runs when it takes the dimensions (head_dim 128, 16-128 heads, next_n <= 4;
     any block size: multiples of 16 through TMA, others gathered), else the portable one; ``config`` picks one
@@ -102,8 +105,11 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     out = output_tensor(out, (dims.batch * dims.next_n, max_model_len), q.device)
     if kernel == "portable":
         config = config or default_config(dims.batch, max_model_len)
-        if config.dot != "fp8-acc32" or precision != "fp8":  # fp8-acc32: the fp8 MMA with fp32 promotion
-            config = dataclasses.replace(config, dot=_DOT[precision])
+        if precision == "exact" and not support.fp8_types:
+            dot = "fp16-decode"
+        else:
+            dot = config.dot if dot_precision(config.dot) == precision else _DOT[precision]
+        config = dataclasses.replace(config, dot=dot)
         return portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims,
                                          layout=layout, config=config, out=out)
     from .hopper import launch_hopper

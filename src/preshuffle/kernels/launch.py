@@ -18,7 +18,9 @@ import triton
 
 from .. import device
 
-DOT_MODES = ("fp8", "fp8-acc32", "fp16")
+# The portable kernel's MMA: fp8, fp8 with fp32 promotion, fp16 on values widened by Triton's e4m3 conversion
+# (sm89 and newer), or fp16 on values decoded with integer instructions (sm80-sm86, where Triton has no e4m3 type).
+DOT_MODES = ("fp8", "fp8-acc32", "fp16", "fp16-decode")
 REGISTERS_PER_SM = 65536  # on every GPU from sm80 to sm90
 CHUNK, NUM_WARPS, NUM_STAGES = 64, 4, 5
 
@@ -43,6 +45,11 @@ class LaunchConfig:
                                                     or self.tokens_per_program % self.chunk):
             raise ValueError(f"tokens_per_program must be a positive multiple of chunk {self.chunk}, "
                              f"got {self.tokens_per_program}")
+
+
+def dot_precision(dot: str) -> str:
+    """The precision contract a portable MMA mode (:data:`DOT_MODES`) holds."""
+    return "exact" if dot.startswith("fp16") else "fp8"
 
 
 def default_programs_per_sm(batch: int) -> int:

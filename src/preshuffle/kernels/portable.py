@@ -13,6 +13,8 @@ the sequence's queries ``[next_n*H, D]`` and weights in registers, then for each
 the fp8 keys and their scales, computes ``relu(s * q.k)`` with one ``tl.dot``, reduces over heads with the
 weights, and stores the logits (-inf outside each row's visible prefix). Positions past the context are
 filled with -inf without touching the cache, so the output is fully defined up to ``max_model_len``.
+Where Triton has no e4m3 type (sm80-sm86) the exact path decodes the bytes to fp16 with integer instructions
+(``DOT`` "fp16-decode"), the same values Triton's conversion gives elsewhere.
 
 No input makes the kernel read outside its tensors, checked or not. A row of the block table is read only up to
 its width, and a block id outside ``[0, num_blocks)`` is never followed: where a row may see a position whose
@@ -31,6 +33,23 @@ from .launch import LaunchConfig, whole_row
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _e4m3_to_f16(x):
+    """fp8 e4m3 (the ``fn`` variant: no infinities, S.1111.111 is NaN) bytes to fp16, exactly, with integer
+    instructions: for GPUs on which Triton has no e4m3 type (sm80-sm86). A normal value's exponent moves from bias 7
+    to bias 15 and its 3 mantissa bits to the top of fp16's 10; a subnormal (exponent 0) is mantissa * 2**-9, a
+    normal fp16."""
+    x = x.to(tl.int32)
+    magnitude = x & 0x7F
+    exponent = magnitude >> 3
+    mantissa = x & 7
+    normal = (((exponent + 8) << 10) | (mantissa << 7)).to(tl.int16).to(tl.float16, bitcast=True)
+    v = tl.where(exponent == 0, mantissa.to(tl.float16) * 0.001953125, normal)
+    v = tl.where(magnitude == 0x7F, float("nan"), v)
+    sign = ((x & 0x80) << 8).to(tl.int16)  # set on the bits, so that -0.0 stays -0.0
+    return (v.to(tl.int16, bitcast=True) | sign).to(tl.float16, bitcast=True)
 
 
 @triton.jit
@@ -82,9 +101,10 @@ def _load_scales(first, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, B
 
 @triton.jit
 def _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets, BLOCK_SIZE: tl.constexpr,
-               D: tl.constexpr, CHUNK: tl.constexpr, SHUFFLED: tl.constexpr, MASKED: tl.constexpr):
-    """fp8 keys ``[CHUNK, D]`` of the chunk starting at ``first``, in natural order (0 where no real block), and
-    which positions have a real block."""
+               D: tl.constexpr, CHUNK: tl.constexpr, SHUFFLED: tl.constexpr, MASKED: tl.constexpr,
+               DOT: tl.constexpr):
+    """Keys ``[CHUNK, D]`` of the chunk starting at ``first``, in natural order (0 where no real block), as fp8, or
+    decoded to fp16 (``DOT`` "fp16-decode"), and which positions have a real block."""
     index, t = _chunk_tokens(first, BLOCK_SIZE, CHUNK)
     page, real = _block_ids(first, index, read_len, b, bt_ptr, bt_stride, num_blocks, BLOCK_SIZE, CHUNK, MASKED)
     if BLOCK_SIZE % CHUNK == 0:
@@ -104,7 +124,11 @@ def _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_of
         k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :], mask=real[:, None], other=0)
     else:  # the ids are clamped into the cache: an unmasked load stays inside it
         k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :])
-    return k.to(tl.float8e4nv, bitcast=True), real
+    if DOT == "fp16-decode":
+        k = _e4m3_to_f16(k)
+    else:
+        k = k.to(tl.float8e4nv, bitcast=True)
+    return k, real
 
 
 @triton.jit
@@ -117,8 +141,10 @@ def _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride,
     its store."""
     pos = first + tl.arange(0, CHUNK)
     k, real = _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK,
-                         SHUFFLED, MASKED)
-    if DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
+                         SHUFFLED, MASKED, DOT)
+    if DOT == "fp16-decode":  # decoded to fp16 already
+        scores = tl.dot(k, q_t, out_dtype=tl.float32)
+    elif DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
         scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
     elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
         scores = tl.dot(k, q_t, out_dtype=tl.float32, max_num_imprecise_acc=32)
@@ -172,9 +198,12 @@ def _paged_mqa_logits_kernel(
     dims = tl.arange(0, D)
     q_cols = b * NEXT_N * H + cols
     q_t = tl.load(q_ptr + q_cols[None, :] * D + dims[:, None], mask=col_ok[None, :], other=0)
-    q_t = q_t.to(tl.float8e4nv, bitcast=True)
-    if DOT == "fp16":
-        q_t = q_t.to(tl.float16)
+    if DOT == "fp16-decode":
+        q_t = _e4m3_to_f16(q_t)
+    else:
+        q_t = q_t.to(tl.float8e4nv, bitcast=True)
+        if DOT == "fp16":
+            q_t = q_t.to(tl.float16)
     w = tl.load(w_ptr + q_cols, mask=col_ok, other=0.0)
 
     # How many leading positions each row j may see, and how many the sequence reads at all.

@@ -51,6 +51,7 @@ def one_block_logits(q_row: torch.Tensor, block: torch.Tensor, weights_row: torc
     if block_size < 16 or block_size & (block_size - 1) or block.shape[-1] != head_dim + 4:
         raise ValueError(f"block must be [block_size, 1, {head_dim + 4}] with a power-of-two block_size >= 16 "
                          f"(tl.dot needs 16 rows), got {list(block.shape)}")
+    device.require_fp8_types("step 1's kernel")
     block = block.contiguous()
     out = torch.empty(block_size, dtype=torch.float32, device=block.device)
     _one_block_kernel[(1,)](q_row.contiguous().view(torch.uint8), block, block.view(torch.float32),
@@ -88,6 +89,7 @@ def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_
         raise ValueError("step 2 handles next_n = 1, 1-D context_lens, block sizes >= 16 and the normal layout "
                          f"only, got next_n {p.next_n}, {context_lens.dim()}-D context_lens, block size "
                          f"{p.block_size}, layout {layout!r}")
+    device.require_fp8_types("step 2's kernel")
     width = p.max_blocks * p.block_size  # the grid covers whole blocks; the row is cut to max_model_len after
     out = torch.full((p.batch, max(width, max_model_len)), -math.inf, dtype=torch.float32, device=q.device)
     _per_block_grid_kernel[(p.batch, p.max_blocks)](
@@ -192,6 +194,7 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
         raise ValueError(f"q must have a power-of-two number of heads >= 16 and a power-of-two head_dim (tl.dot "
                          f"tiles), got {p.heads} heads of {p.head_dim}")
     device.require_kernel_devices(q=q, kv_cache=kv_cache)
+    device.require_fp8_types("the teaching kernel")
     config = config or default_config(p.batch, max_model_len)
     if config.dot != "fp16":
         raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")
