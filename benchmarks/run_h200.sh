@@ -5,6 +5,7 @@
 #   bash benchmarks/run_h200.sh OUTDIR STEP...
 # STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
 # sweep-gather (block 1, gathered, beside block 64), sweep-exact (the exact path at 80 registers, 3 programs an SM),
+# sweep-decode (the portable exact path with e4m3 decoded by integer instructions, beside Triton's conversion),
 # ncu-gather (DRAM bytes of the gather beside TMA's), ncu-source (where the warps wait, per SASS instruction:
 # benchmarks/ncu_stalls.py),
 # ncu (benchmarks/ncu_hopper.py under ncu), deepgemm (build it), bench (python -m preshuffle bench --against deepgemm), tests (every test), nbval.
@@ -36,6 +37,10 @@ for step; do
                    --programs-per-sm 2 3 4 6 8 --configs '{}' '{"precision": "exact"}' \
                    '{"precision": "exact", "maxnreg": 80}' > "$out/sweep-exact.log" 2>&1
                  tail -19 "$out/sweep-exact.log" ;;
+    sweep-decode) python3 benchmarks/tune.py --kernel portable --out "$out/sweep-decode.json" --shapes 0 2 4 \
+                    --variants block64-normal block16-shuffle --programs-per-sm 4 16 \
+                    --configs '{"dot": "fp16"}' '{"dot": "fp16-decode"}' > "$out/sweep-decode.log" 2>&1
+                  tail -13 "$out/sweep-decode.log" ;;
     ncu-source) for args in '256 2 65536 {}' '256 1 8192 {}'; do
                   set -- $args
                   tag=$1-$2-$3
