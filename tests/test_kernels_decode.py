@@ -23,16 +23,18 @@ DEV = device.KERNEL_DEVICE
 @triton.jit
 def _decode_kernel(x_ptr, out_ptr, N: tl.constexpr):
     i = tl.arange(0, N)
-    tl.store(out_ptr + i, portable._e4m3_to_f16(tl.load(x_ptr + i)))
+    tl.store(out_ptr + i, portable._e4m3_over_256(tl.load(x_ptr + i)))
 
 
 def test_decode_matches_torch_on_every_byte():
     every = torch.arange(256, dtype=torch.uint8, device=DEV)
     out = torch.empty(256, dtype=torch.float16, device=DEV)
     _decode_kernel[(1,)](every, out, N=256)
-    expected = every.view(torch.float8_e4m3fn).to(torch.float16)
-    assert torch.equal(out.isnan(), expected.isnan()) and int(out.isnan().sum()) == 2  # 0x7F and 0xFF
+    value = every.view(torch.float8_e4m3fn)
+    expected = value.to(torch.float16) / 256
     finite = ~expected.isnan()
+    assert torch.equal(expected[finite].double() * 256, value.double()[finite])  # nothing lost in the division
+    assert torch.equal(out.isnan(), expected.isnan()) and int(out.isnan().sum()) == 2  # 0x7F and 0xFF
     assert torch.equal(out[finite].view(torch.int16), expected[finite].view(torch.int16))  # -0.0 included
 
 

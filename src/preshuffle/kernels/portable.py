@@ -36,20 +36,14 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
-def _e4m3_to_f16(x):
-    """fp8 e4m3 (the ``fn`` variant: no infinities, S.1111.111 is NaN) bytes to fp16, exactly, with integer
-    instructions: for GPUs on which Triton has no e4m3 type (sm80-sm86). A normal value's exponent moves from bias 7
-    to bias 15 and its 3 mantissa bits to the top of fp16's 10; a subnormal (exponent 0) is mantissa * 2**-9, a
-    normal fp16."""
-    x = x.to(tl.int32)
-    magnitude = x & 0x7F
-    exponent = magnitude >> 3
-    mantissa = x & 7
-    normal = (((exponent + 8) << 10) | (mantissa << 7)).to(tl.int16).to(tl.float16, bitcast=True)
-    v = tl.where(exponent == 0, mantissa.to(tl.float16) * 0.001953125, normal)
-    v = tl.where(magnitude == 0x7F, float("nan"), v)
-    sign = ((x & 0x80) << 8).to(tl.int16)  # set on the bits, so that -0.0 stays -0.0
-    return (v.to(tl.int16, bitcast=True) | sign).to(tl.float16, bitcast=True)
+def _e4m3_over_256(x):
+    """fp8 e4m3 bytes (the ``fn`` variant: no infinities, S.1111.111 is NaN) as fp16 values 256 times smaller,
+    exactly, in four integer instructions: for GPUs on which Triton has no e4m3 type (sm80-sm86). The byte's sign
+    goes to bit 15 and its other seven bits up by seven, into fp16's exponent and mantissa: fp16's exponent bias is
+    8 more than e4m3's, so the result is the value times 2**-8, normal and subnormal alike."""
+    x = x.to(tl.int16)
+    v = (((x & 0x80) << 8) | ((x & 0x7F) << 7)).to(tl.float16, bitcast=True)
+    return tl.where((x & 0x7F) == 0x7F, float("nan"), v)
 
 
 @triton.jit
@@ -104,7 +98,7 @@ def _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_of
                D: tl.constexpr, CHUNK: tl.constexpr, SHUFFLED: tl.constexpr, MASKED: tl.constexpr,
                DOT: tl.constexpr):
     """Keys ``[CHUNK, D]`` of the chunk starting at ``first``, in natural order (0 where no real block), as fp8, or
-    decoded to fp16 (``DOT`` "fp16-decode"), and which positions have a real block."""
+    (``DOT`` "fp16-decode") decoded to fp16 256 times smaller, and which positions have a real block."""
     index, t = _chunk_tokens(first, BLOCK_SIZE, CHUNK)
     page, real = _block_ids(first, index, read_len, b, bt_ptr, bt_stride, num_blocks, BLOCK_SIZE, CHUNK, MASKED)
     if BLOCK_SIZE % CHUNK == 0:
@@ -125,7 +119,7 @@ def _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_of
     else:  # the ids are clamped into the cache: an unmasked load stays inside it
         k = tl.load(kv_ptr + rows[:, None] + dim_offsets[None, :])
     if DOT == "fp16-decode":
-        k = _e4m3_to_f16(k)
+        k = _e4m3_over_256(k)
     else:
         k = k.to(tl.float8e4nv, bitcast=True)
     return k, real
@@ -142,8 +136,8 @@ def _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride,
     pos = first + tl.arange(0, CHUNK)
     k, real = _load_keys(first, read_len, b, bt_ptr, bt_stride, num_blocks, kv_ptr, dim_offsets, BLOCK_SIZE, D, CHUNK,
                          SHUFFLED, MASKED, DOT)
-    if DOT == "fp16-decode":  # decoded to fp16 already
-        scores = tl.dot(k, q_t, out_dtype=tl.float32)
+    if DOT == "fp16-decode":  # keys decoded 256 times smaller: a power of two changes no rounding
+        scores = tl.dot(k, q_t, out_dtype=tl.float32) * 256.0
     elif DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
         scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
     elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
@@ -199,7 +193,7 @@ def _paged_mqa_logits_kernel(
     q_cols = b * NEXT_N * H + cols
     q_t = tl.load(q_ptr + q_cols[None, :] * D + dims[:, None], mask=col_ok[None, :], other=0)
     if DOT == "fp16-decode":
-        q_t = _e4m3_to_f16(q_t)
+        q_t = _e4m3_over_256(q_t) * 256.0
     else:
         q_t = q_t.to(tl.float8e4nv, bitcast=True)
         if DOT == "fp16":
