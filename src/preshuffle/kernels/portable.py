@@ -38,7 +38,8 @@ import triton.language as tl  # noqa: E402
 @triton.jit
 def _e4m3_over_256(x):
     """fp8 e4m3 bytes (the ``fn`` variant: no infinities, S.1111.111 is NaN) as fp16 values 256 times smaller,
-    exactly, in four integer instructions: for GPUs on which Triton has no e4m3 type (sm80-sm86). The byte's sign
+    exactly, with two masks, two shifts, an or and a NaN select: for GPUs on which Triton has no e4m3 type
+    (sm80-sm86). The byte's sign
     goes to bit 15 and its other seven bits up by seven, into fp16's exponent and mantissa: fp16's exponent bias is
     8 more than e4m3's, so the result is the value times 2**-8, normal and subnormal alike."""
     x = x.to(tl.int16)
