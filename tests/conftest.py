@@ -24,17 +24,23 @@ def small_benchmark_problem():
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
 def load_tool():
     """Load a stdlib-only script of tools/ (not a package: the Makefile and Jupyter run them by path)."""
+    return lambda name: _load_script(ROOT / "tools" / f"{name}.py")
 
-    def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
 
-    return load
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """Load a script of benchmarks/ (run by path on the GPU machine, not part of the package)."""
+    return lambda name: _load_script(ROOT / "benchmarks" / f"{name}.py")
 
 
 @pytest.fixture(scope="session")

@@ -1,22 +1,15 @@
 """benchmarks/ncu_stalls.py on a small CSV in ncu's source-page format: totals, shares and the order of the
 instructions."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "benchmarks" / "ncu_stalls.py"
 HEADER = ['"Address"', '"Source"', '"Warp Stall Sampling (All Samples)"', '"Instructions Executed"',
           '"stall_barrier"', '"stall_long_sb"', '"stall_barrier (Not Issued)"']
 
 
 @pytest.fixture(scope="module")
-def tool():
-    spec = importlib.util.spec_from_file_location("ncu_stalls", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def tool(load_benchmark):
+    return load_benchmark("ncu_stalls")
 
 
 def write_csv(path, rows):

@@ -1,11 +1,9 @@
 """benchmarks/tune.py's documented example, run on the CPU on a tiny shape with the GPU timer, the copy ceiling and
 the SM count stubbed, so the example cannot rot."""
 
-import importlib.util
 import json
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
@@ -13,15 +11,10 @@ from preshuffle import benchmark, device
 from preshuffle.kernels import launch
 from preshuffle.testing import timing
 
-TUNE = Path(__file__).resolve().parents[1] / "benchmarks" / "tune.py"
-
 
 @pytest.fixture(scope="module")
-def tune():
-    spec = importlib.util.spec_from_file_location("tune", TUNE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def tune(load_benchmark):
+    return load_benchmark("tune")
 
 
 def documented_example(tune) -> list[str]:
