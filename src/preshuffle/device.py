@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .precision import PRECISIONS
+
 if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
@@ -19,9 +21,6 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # Where tensors must live for the kernels of this process.
 KERNEL_DEVICE = "cpu" if INTERPRETED else "cuda"
 
-# The kernel paths, named by what their MMAs multiply: "exact" decodes the fp8 values to fp16 in registers (exact)
-# and adds exact products in fp32; "fp8" feeds the fp8 values to fp8 MMAs, whose narrow accumulator rounds.
-PRECISIONS = ("exact", "fp8")
 # Compute capabilities, from Triton 3.6: its README supports NVIDIA GPUs from 8.0; its NVIDIA backend
 # (backends/nvidia/compiler.py) admits float8e4nv, the e4m3 type of the cache, only from 8.9, for loads, for the
 # conversion to fp16 (cvt.rn.f16x2.e4m3x2) and for tl.dot alike: below it the fp8 path cannot compile, and the

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+from .precision import PRECISIONS
 from .shapes import VARIANTS, Shape
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -220,7 +221,6 @@ def format_targets(checks: list[dict]) -> str:
 PR_51216_MI355X_US = {1: 28.53, 16: 7.84}
 # The shape whose H200 times stand for "what a kernel block size costs" on CUDA.
 COST_SHAPE = Shape(64, 1, 8192)
-PRECISIONS = ("exact", "fp8")
 
 
 def variant_time(record: dict, shape: Shape, block_size: int, layout: str = "normal", precision: str = "fp8"):

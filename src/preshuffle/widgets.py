@@ -15,6 +15,7 @@ from .kernels import fp8_paged_mqa_logits
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
 from .plots import CACHE_LINE
+from .precision import PRECISIONS
 from .reference import reference_and_magnitude
 from .shapes import VARIANTS, Shape
 from .testing import timing
@@ -135,7 +136,6 @@ def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
 BATCHES = tuple(2 ** i for i in range(13))
 CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(10, 18))
 NEXT_NS = (1, 2, 3)
-PRECISIONS = report.PRECISIONS
 LIVE_TOKEN_LIMIT = 1 << 25  # batch x context a live measurement may allocate (the largest anchor shape)
 
 
