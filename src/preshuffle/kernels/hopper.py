@@ -67,6 +67,12 @@ def supports(block_size: int, heads: int, head_dim: int, next_n: int) -> str | N
 
 
 @gluon.jit
+def _position_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE: gl.constexpr):
+    """The block ids of positions ``pos``, -1 past the context or the table."""
+    return gl.load(bt_row + pos // BLOCK_SIZE, mask=(pos < kv_len) & (pos // BLOCK_SIZE < bt_width), other=-1)
+
+
+@gluon.jit
 def _id_group(row, n_entries, group, lanes):
     """Block ids 32*group .. 32*group+31 of a program's row, -1 past the context or the table."""
     e = group * 32 + lanes
@@ -132,12 +138,6 @@ def _tma_loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.c
 
 
 @gluon.jit
-def _gather_ids(bt_row, pos, kv_len, bt_width, BLOCK_SIZE: gl.constexpr):
-    """The block ids of positions ``pos``, -1 past the context or the table."""
-    return gl.load(bt_row + pos // BLOCK_SIZE, mask=(pos < kv_len) & (pos // BLOCK_SIZE < bt_width), other=-1)
-
-
-@gluon.jit
 def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
     """The loader warpgroup for pages TMA cannot copy: each thread copies 4 bytes of 16 keys a chunk, and a scale,
     with cp.async; each thread's copies, once complete, arrive on the stage's ready barrier. An id outside the
@@ -154,14 +154,14 @@ def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
     d = gl.arange(0, _D, layout=gl.SliceLayout(0, keys))
     # Ids three chunks ahead, so that no id load's latency sits between a free stage and its copies (on the H200,
     # one chunk ahead measured the same).
-    ahead = (_gather_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE),
-             _gather_ids(bt_row, start + _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE),
-             _gather_ids(bt_row, start + 2 * _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE))
+    ahead = (_position_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE),
+             _position_ids(bt_row, start + _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE),
+             _position_ids(bt_row, start + 2 * _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE))
     for i in range(n_read):
         s = i % STAGES
         pos = start + i * _CHUNK + tok
         ids = ahead[0]
-        ahead = (ahead[1], ahead[2], _gather_ids(bt_row, pos + 3 * _CHUNK, kv_len, bt_width, BLOCK_SIZE))
+        ahead = (ahead[1], ahead[2], _position_ids(bt_row, pos + 3 * _CHUNK, kv_len, bt_width, BLOCK_SIZE))
         # Token t of page p: values at byte p*B*132 + t*128, scale at word p*B*33 + B*32 + t.
         ok = (ids >= 0) & (ids < num_blocks)
         scale_at = gl.where(ok, ids, 0).to(gl.int64) * (BLOCK_SIZE * (_D // 4 + 1)) + BLOCK_SIZE * (_D // 4) \
@@ -291,15 +291,12 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
     tok = gl.arange(0, _CHUNK, layout=rows)
     zero = gl.zeros([_CHUNK, N], gl.float32, layout=mma)
     bt_row = bt_ptr + b * bt_stride
-    entry = (start + tok) // BLOCK_SIZE
-    ids = gl.load(bt_row + entry, mask=(start + tok < kv_len) & (entry < bt_width), other=-1)
+    ids = _position_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE)
     for i in range(n_read):
         s = i % STAGES
         first = start + i * _CHUNK
         page_ok = (ids >= 0) & (ids < num_blocks)
-        nxt = first + _CHUNK + tok                       # the next chunk's block ids, a chunk ahead
-        entry = nxt // BLOCK_SIZE
-        ids = gl.load(bt_row + entry, mask=(nxt < kv_len) & (entry < bt_width), other=-1)
+        ids = _position_ids(bt_row, first + _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE)  # a chunk ahead
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         if GATHER:  # cp.async wrote the stage through the generic proxy; WGMMA reads it through the async one
             fence_async_shared()
