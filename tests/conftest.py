@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from preshuffle import report
+from preshuffle import device, report
 from preshuffle.shapes import Shape
 from preshuffle.testing.inputs import benchmark_problem
 
@@ -13,6 +13,15 @@ from preshuffle.testing.inputs import benchmark_problem
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def on(monkeypatch):
+    """Pretend this process runs on a GPU of a given compute capability (for what is decided before a launch; the
+    kernels still run here: under the interpreter, or on this GPU)."""
+    def use(capability, name):
+        monkeypatch.setattr(device, "current_support", lambda: device.kernel_support(capability, name))
+    return use
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from preshuffle import device
 from preshuffle.kernels import LaunchConfig, fp8_paged_mqa_logits, portable
@@ -38,33 +38,23 @@ def test_decode_matches_torch_on_every_byte():
     assert torch.equal(out[finite].view(torch.int16), expected[finite].view(torch.int16))  # -0.0 included
 
 
-@pytest.fixture
-def sm80(monkeypatch):
-    """This process's kernel decisions as on an A100 (the kernels still run here: the interpreter, or this GPU)."""
-    monkeypatch.setattr(device, "current_support", lambda: device.kernel_support((8, 0), "NVIDIA A100-SXM4-80GB"))
+A100 = ((8, 0), "NVIDIA A100-SXM4-80GB")
 
 
-@settings(max_examples=10)
+# The same A100 support for every example: the fixture's one patch serves them all.
+@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(block_size=st.sampled_from([1, 16, 64]), layout=st.sampled_from(["normal", "shuffle"]),
        next_n=st.integers(1, 3), ctx_2d=st.booleans(), seed=st.integers(0, 2**16))
-def test_an_sm80_call_decodes_and_holds_the_exact_contract(block_size, layout, next_n, ctx_2d, seed):
+def test_an_sm80_call_decodes_and_holds_the_exact_contract(on, block_size, layout, next_n, ctx_2d, seed):
+    on(*A100)
     if layout == "shuffle" and block_size % 16:
         layout = "normal"
     problem = random_problem([0, 45, 130], next_n=next_n, block_size=block_size, layout=layout, ctx_2d=ctx_2d,
                              seed=seed, device=DEV)
     out = torch.full((problem.batch * next_n, problem.max_model_len), float("nan"), device=DEV)
-    with pytest.MonkeyPatch.context() as patch:  # hypothesis reruns the body: no function-scoped fixture
-        patch.setattr(device, "current_support", lambda: device.kernel_support((8, 0), "NVIDIA A100-SXM4-80GB"))
-        problem.call(fp8_paged_mqa_logits, out=out)  # the default precision there: exact
+    problem.call(fp8_paged_mqa_logits, out=out)  # the default precision there: exact
     verdict = check_logits(out, problem)
     assert verdict["same_inf_pattern"] and verdict["max_rel_error"] <= RTOL, verdict
-
-
-def test_an_sm80_call_refuses_the_fp8_path(sm80):
-    problem = random_problem([20], block_size=16, device=DEV)
-    with pytest.raises(ValueError, match=r"A100-SXM4-80GB \(sm80\) cannot run the fp8 kernel path: it lacks compute "
-                                         r"capability 8\.9"):
-        problem.call(fp8_paged_mqa_logits, precision="fp8")
 
 
 def test_decoding_gives_the_same_bits_as_the_conversion():
@@ -73,9 +63,10 @@ def test_decoding_gives_the_same_bits_as_the_conversion():
     assert_bitwise_equal(run("fp16-decode"), run("fp16"))
 
 
-def test_the_teaching_kernels_name_what_an_sm80_lacks(sm80):
+def test_the_teaching_kernels_name_what_an_sm80_lacks(on):
     from preshuffle.kernels import steps
 
+    on(*A100)
     problem = random_problem([20], block_size=16, device=DEV)
     with pytest.raises(ValueError, match=r"the teaching kernel views the cache as Triton's e4m3 type, which NVIDIA "
                                          r"A100-SXM4-80GB \(sm80\) lacks"):
