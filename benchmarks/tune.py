@@ -22,6 +22,7 @@ from tqdm import tqdm
 from preshuffle import benchmark, report
 from preshuffle.kernels import HopperConfig, LaunchConfig
 from preshuffle.kernels.launch import config_for, dot_precision, hopper_maxnreg, split_row
+from preshuffle.precision import PRECISIONS
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from preshuffle.testing import timing
@@ -50,7 +51,7 @@ def parse_config(text: str, kernel: str = "portable") -> dict:
 def _hopper_fields(fields: dict, next_n: int) -> tuple[str, dict]:
     fields = dict(fields)
     precision = fields.pop("precision", "fp8")
-    if precision not in ("fp8", "exact"):
+    if precision not in PRECISIONS:
         raise ValueError(f"precision must be fp8 or exact, got {precision!r}")
     fields.setdefault("maxnreg", hopper_maxnreg(next_n, precision == "exact", fields.get("row_warpgroups", False)))
     HopperConfig(64, **fields)
