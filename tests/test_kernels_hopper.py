@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from preshuffle import device
+from preshuffle import device, report
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits, launch
 from preshuffle.kernels.hopper import descriptors, gathers, sources, supports
 from preshuffle.testing.inputs import random_problem
@@ -208,8 +208,7 @@ def test_the_gather_and_exact_rules_are_within_5_percent_of_the_committed_sweeps
     budgets; the rule's launch (the best time among rows of that launch: several splits can give the same one) is
     within 5% of the fastest row of its shape, cache and precision. The experimental loader's rows are left out."""
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
-    rows = [r for r in json.loads((Path(__file__).resolve().parents[1] / "results" / "h200-gather-sweep.json")
-                                  .read_text())["rows"] if "loader" not in r]
+    rows = [r for r in report.load(report.RESULTS / "h200-gather-sweep.json")["rows"] if "loader" not in r]
     groups = {}
     for r in rows:
         groups.setdefault((r["shape"], r["variant"], r["launch"]["precision"]), []).append(r)
