@@ -8,6 +8,7 @@
 # sweep-decode (the portable exact path with e4m3 decoded by integer instructions, beside Triton's conversion),
 # ncu-gather (DRAM bytes of the gather beside TMA's), ncu-source (where the warps wait, per SASS instruction:
 # benchmarks/ncu_stalls.py),
+# ncu-deepgemm (after deepgemm: both kernels under ncu's full set, same inputs: details, raw metrics and stalls),
 # ncu (benchmarks/ncu_hopper.py under ncu), deepgemm (build it), bench (python -m preshuffle bench --against deepgemm), tests (every test), nbval.
 set -uo pipefail
 out=$1
@@ -51,6 +52,21 @@ for step; do
                   grep -E "Duration|DRAM Throughput|Issued Warp|Eligible Warps" "$out/ncu-details-$tag.txt"
                   python3 benchmarks/ncu_stalls.py "$out/ncu-source-$tag.csv"
                 done ;;
+    ncu-deepgemm) for args in '64 2 8192' '256 2 65536' '256 1 8192'; do
+                    set -- $args
+                    for kernel in hopper deepgemm; do
+                      tag=$kernel-$1-$2-$3
+                      if [ $kernel = hopper ]; then name=regex:_hopper_kernel; else name=regex:sm90_fp8_paged_mqa_logits; fi
+                      ncu --clock-control none --launch-skip 1 --launch-count 1 -k $name --set full --import-source no \
+                        -f -o "/tmp/ncu-$tag" python3 benchmarks/ncu_hopper.py "$@" "{\"kernel\": \"$kernel\"}" \
+                        > /dev/null 2>&1
+                      ncu --import "/tmp/ncu-$tag.ncu-rep" --page details > "$out/ncu-details-$tag.txt" 2>&1
+                      ncu --import "/tmp/ncu-$tag.ncu-rep" --page raw --csv > "$out/ncu-raw-$tag.csv" 2>&1
+                      ncu --import "/tmp/ncu-$tag.ncu-rep" --page source --print-source sass --csv \
+                        > "$out/ncu-source-$tag.csv" 2>&1
+                      echo "-- $tag"; grep -E "Duration|DRAM Throughput|Issue Slots Busy" "$out/ncu-details-$tag.txt"
+                    done
+                  done ;;
     ncu-gather) for args in '4096 1 8192 {"block_size":1}' '4096 1 8192 {}' '256 1 8192 {"block_size":1}'; do
                   ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel --metrics \
                     gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum \
