@@ -66,7 +66,9 @@ for step; do
                         > "$out/ncu-source-$tag.csv" 2>&1
                       echo "-- $tag"; grep -E "Duration|DRAM Throughput|Issue Slots Busy" "$out/ncu-details-$tag.txt"
                     done
-                  done ;;
+                  done
+                  # one archive: the device returns a few files a run
+                  (cd "$out" && tar czf ncu-deepgemm.tgz ncu-raw-*.csv ncu-source-*.csv && rm ncu-raw-*.csv ncu-source-*.csv) ;;
     ncu-gather) for args in '4096 1 8192 {"block_size":1}' '4096 1 8192 {}' '256 1 8192 {"block_size":1}'; do
                   ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel --metrics \
                     gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,l1tex__t_bytes_pipe_lsu_mem_global_op_ldgsts.sum \
