@@ -7,10 +7,12 @@ tensor is typed ``[num_blocks, B, 1, D + 4]`` uint8, but ``cache[n, t]`` is toke
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .arguments import non_negative_int, positive_int
 from .layout import check_layout, check_shuffle_geometry, offset_map
+from .negotiation import slot_mapping
 
 SCALE_BYTES = 4
 SCALE_FLOOR = 1e-4
@@ -186,7 +188,8 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
 
 
 def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) -> torch.Tensor:
-    """int64 slots of positions ``0 .. num_tokens-1`` of one sequence: ``table[p // B] * B + p % B``.
+    """int64 slots of positions ``0 .. num_tokens-1`` of one sequence, on the table's device: the vLLM slot
+    mapping (:func:`preshuffle.negotiation.slot_mapping`) of a whole prefix.
 
     The block ids those positions read must be non-negative; the table's tail past them may hold anything."""
     block_size = positive_int(block_size, "block_size")
@@ -197,13 +200,8 @@ def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) 
     if num_tokens > block_table.numel() * block_size:
         raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
                          f"{block_table.numel()} blocks of {block_size}")
-    read = block_table[:-(-num_tokens // block_size)].to(torch.int64)
-    if (read < 0).any():
-        index = int((read < 0).nonzero()[0, 0])
-        raise ValueError(f"block_table holds block id {int(read[index])} at index {index}, which position "
-                         f"{index * block_size} reads: block ids are >= 0")
-    positions = torch.arange(num_tokens, device=block_table.device)
-    return read[positions // block_size] * block_size + positions % block_size
+    slots = slot_mapping(block_table.cpu().numpy(), np.arange(num_tokens), block_size)
+    return torch.from_numpy(slots).to(block_table.device)
 
 
 def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, *, layout: str = "normal",
