@@ -2,7 +2,7 @@
 
     ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel \\
         python benchmarks/ncu_hopper.py 64 2 8192 '{"row_warpgroups": true}'
-    ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:paged_mqa_logits \\
+    ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:sm90_fp8_paged_mqa_logits \\
         python benchmarks/ncu_hopper.py 64 2 8192 '{"kernel": "deepgemm"}'
 
 Arguments: batch, next_n, average context, and HopperConfig fields as JSON (the launch rule's unless given);
