@@ -21,6 +21,7 @@ from dataclasses import asdict
 import torch
 
 from . import deepgemm
+from .contract import output_tensor
 from .kernels import HopperConfig, _cached_launch, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, hopper_config, whole_row
 from .kernels.tl_tma import tl_tma_logits
@@ -82,8 +83,8 @@ def kernel_fn(problem: PagedMQAProblem, precision: str, config=None):
 def host_parts(problem: PagedMQAProblem) -> dict:
     """Microseconds of host time of an unchecked fp8 call (``call``), of the same call writing into a given
     ``out`` (``call_with_out``), and of its parts alone: finding the cached launch (``lookup``, which builds the
-    key), allocating the output (``alloc``) and the launch itself (``launch``: Triton's C launcher and the
-    driver)."""
+    key), allocating the output as the call does (``alloc``, :func:`preshuffle.contract.output_tensor`) and the
+    launch itself (``launch``: Triton's C launcher and the driver)."""
     call = kernel_fn(problem, "fp8")
     out = call()
     q, _, weights, context_lens, block_tables, _ = problem.args
@@ -91,7 +92,7 @@ def host_parts(problem: PagedMQAProblem) -> dict:
              "call_with_out": timing.host_us(lambda: problem.call(fp8_paged_mqa_logits, precision="fp8",
                                                                   check_values=False, out=out)),
              "lookup": timing.host_us(lambda: problem.call(_cached_launch, precision="fp8")),
-             "alloc": timing.host_us(lambda: torch.empty(out.shape, dtype=torch.float32, device=out.device))}
+             "alloc": timing.host_us(lambda: output_tensor(None, out.shape, out.device))}
     launch = problem.call(_cached_launch, precision="fp8")
     if launch is not None:  # the Hopper kernel (the portable one launches through Triton's JIT every call)
         parts["launch"] = timing.host_us(lambda: launch(q, weights, context_lens, block_tables, out))
