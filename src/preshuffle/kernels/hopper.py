@@ -317,13 +317,10 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
             _store_chunk(acc, wg, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
                          J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
 
-    # Positions past the context: -inf, without touching the cache. Four positions a thread a store: the tail is
-    # up to a quarter of a row with the spec's contexts, and its loop's cost is per store, not per byte.
-    wide: gl.constexpr = gl.BlockedLayout([4], [32], [num_warps], [0])
-    TAIL: gl.constexpr = 4 * 32 * num_warps
-    tail = gl.arange(0, TAIL, layout=wide)
-    neg_inf = gl.full([TAIL], float("-inf"), gl.float32, layout=wide)
-    for first in range(start + n_read * _CHUNK, end, TAIL):
+    # Positions past the context: -inf, without touching the cache.
+    tail = gl.arange(0, _CHUNK, layout=flat)
+    neg_inf = gl.full([_CHUNK], float("-inf"), gl.float32, layout=flat)
+    for first in range(start + n_read * _CHUNK, end, _CHUNK):
         for j in gl.static_range(J0, J_END):
             gl.store(out_ptr + (b * NEXT_N + j).to(gl.int64) * out_stride + first + tail, neg_inf,
                      mask=first + tail < end)
