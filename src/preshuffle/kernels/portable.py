@@ -39,9 +39,9 @@ import triton.language as tl  # noqa: E402
 def _e4m3_over_256(x):
     """fp8 e4m3 bytes (the ``fn`` variant: no infinities, S.1111.111 is NaN) as fp16 values 256 times smaller,
     exactly, with two masks, two shifts, an or and a NaN select: for GPUs on which Triton has no e4m3 type
-    (sm80-sm86). The byte's sign
-    goes to bit 15 and its other seven bits up by seven, into fp16's exponent and mantissa: fp16's exponent bias is
-    8 more than e4m3's, so the result is the value times 2**-8, normal and subnormal alike."""
+    (sm80-sm86). The byte's sign goes to bit 15 and its other seven bits up by seven, into fp16's exponent and
+    mantissa: fp16's exponent bias is 8 more than e4m3's, so the result is the value times 2**-8, normal and
+    subnormal alike."""
     x = x.to(tl.int16)
     v = (((x & 0x80) << 8) | ((x & 0x7F) << 7)).to(tl.float16, bitcast=True)
     return tl.where((x & 0x7F) == 0x7F, float("nan"), v)
