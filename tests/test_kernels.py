@@ -5,9 +5,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from preshuffle import device
+from preshuffle import device, kernels
 from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
-from preshuffle.testing.inputs import random_problem
+from preshuffle.testing.inputs import misaligned_copy, random_problem
 from preshuffle.testing.numeric import assert_bitwise_equal, check_logits, meets_contract
 
 DEV = device.KERNEL_DEVICE
@@ -75,6 +75,44 @@ def test_fp8_paged_mqa_logits_unchecked_repeat_matches_the_checked_call(problem)
     again = torch.empty_like(checked)
     problem.call(fp8_paged_mqa_logits, check_values=False, out=again)
     assert torch.equal(again, checked)
+
+
+@pytest.mark.skipif(kernels.TensorGuards is None, reason="this PyTorch build has no C++ tensor guard")
+def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkeypatch):
+    """The unchecked fast path's lookup: the launch kept for a call is found again only by calls whose tensors
+    have the same dtypes, devices, sizes and strides, whose cache is at the same address, and whose scalars match;
+    its addresses only where all are 16-byte aligned."""
+    monkeypatch.setattr(kernels, "_LAUNCHES", {})
+    q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
+    kept = object()
+    guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
+    kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = guard, kept
+
+    def found(**changes):
+        return problem.replace(**changes).call(kernels._cached_launch, precision="fp8") is kept
+
+    assert found()
+    assert found(q=q.clone(), weights=weights.clone(), block_tables=block_tables.clone())  # new tensors, same kind
+    wider = torch.cat([block_tables, block_tables], dim=1)
+    assert not found(block_tables=wider)                                      # sizes
+    assert not found(block_tables=wider[:, ::2])                              # strides
+    assert not found(weights=weights.t().contiguous().t())                    # strides (not contiguous)
+    assert not found(context_lens=context_lens.to(torch.int64))               # dtype
+    assert not found(context_lens=context_lens.view(-1, 1).expand(-1, problem.next_n).contiguous())  # 2-D lengths
+    assert not found(q=q[:1], weights=weights[:problem.next_n], context_lens=context_lens[:1],
+                     block_tables=block_tables[:1])                           # the key's q.shape
+    assert not found(kv_cache=kv_cache.clone())                               # the cache's address
+    assert not found(max_model_len=max_model_len + 16)
+    assert problem.call(kernels._cached_launch, precision="exact") is None
+    if DEV == "cuda":
+        assert not found(q=q.cpu(), weights=weights.cpu())                    # devices
+    out = torch.empty(problem.batch * problem.next_n, max_model_len, device=DEV)
+    assert kernels._addresses(q, weights, context_lens, block_tables, out) == tuple(
+        t.data_ptr() for t in (q, weights, context_lens, block_tables, out))
+    for i in range(5):
+        tensors = [q, weights, context_lens, block_tables, out]
+        tensors[i] = misaligned_copy(tensors[i])
+        assert kernels._addresses(*tensors) is None, i
 
 
 def test_fp8_paged_mqa_logits_takes_a_numpy_max_model_len(problem):

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from preshuffle import device, report
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits, launch
 from preshuffle.kernels.hopper import descriptors, gathers, sources, supports
-from preshuffle.testing.inputs import random_problem
+from preshuffle.testing.inputs import misaligned_copy, random_problem
 from preshuffle.testing.numeric import (
     assert_bitwise_equal, check_logits, check_repeatable, check_unchecked_logits, meets_contract,
 )
@@ -146,6 +146,21 @@ def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
         for row_warpgroups in (False, True):
             assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision, config=HopperConfig(
                 tokens_per_program, row_warpgroups=row_warpgroups)))
+
+
+@on_hopper
+def test_unchecked_calls_the_kept_launch_cannot_serve_are_right():
+    """After an unchecked call keeps its launch, calls of the same cache and query shape with a wider block table,
+    2-D context lengths or a query 4 bytes off the 16-byte grid each get the checked call's logits."""
+    problem = random_problem([300, 129, 64], next_n=2, block_size=64, seed=5, device="cuda")
+    q, _, _, context_lens, block_tables, _ = problem.args
+    lens_2d = context_lens.view(-1, 1) - 1 + torch.arange(2, device="cuda", dtype=torch.int32)
+    for changed in ({}, {"block_tables": torch.cat([block_tables, block_tables], dim=1)},
+                    {"context_lens": lens_2d}, {"q": misaligned_copy(q)}, {}):
+        call = problem.replace(**changed)
+        for _ in range(2):  # the first of each kind keeps its launch (an aligned one), the second repeats it
+            assert_bitwise_equal(call.call(fp8_paged_mqa_logits, check_values=False),
+                                 call.call(fp8_paged_mqa_logits))
 
 
 @on_hopper

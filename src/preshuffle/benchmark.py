@@ -82,9 +82,10 @@ def kernel_fn(problem: PagedMQAProblem, precision: str, config=None):
 
 def host_parts(problem: PagedMQAProblem) -> dict:
     """Microseconds of host time of an unchecked fp8 call (``call``), of the same call writing into a given
-    ``out`` (``call_with_out``), and of its parts alone: finding the cached launch (``lookup``, which builds the
-    key), allocating the output as the call does (``alloc``, :func:`preshuffle.contract.output_tensor`) and the
-    launch itself (``launch``: Triton's C launcher and the driver)."""
+    ``out`` (``call_with_out``), and of its parts alone: finding the cached launch (``lookup``: its key and its
+    guard over the tensors), allocating the output as the call does (``alloc``,
+    :func:`preshuffle.contract.output_tensor`) and the launch itself (``launch``: the tensors' addresses, Triton's C
+    launcher and the driver)."""
     call = kernel_fn(problem, "fp8")
     out = call()
     q, _, weights, context_lens, block_tables, _ = problem.args
@@ -92,10 +93,11 @@ def host_parts(problem: PagedMQAProblem) -> dict:
              "call_with_out": timing.host_us(lambda: problem.call(fp8_paged_mqa_logits, precision="fp8",
                                                                   check_values=False, out=out)),
              "lookup": timing.host_us(lambda: problem.call(_cached_launch, precision="fp8")),
-             "alloc": timing.host_us(lambda: output_tensor(None, out.shape, out.device))}
+             "alloc": timing.host_us(lambda: output_tensor(None, tuple(out.shape), out.device))}
     launch = problem.call(_cached_launch, precision="fp8")
     if launch is not None:  # the Hopper kernel (the portable one launches through Triton's JIT every call)
-        parts["launch"] = timing.host_us(lambda: launch(q, weights, context_lens, block_tables, out))
+        parts["launch"] = timing.host_us(lambda: launch(q.data_ptr(), weights.data_ptr(), context_lens.data_ptr(),
+                                                        block_tables.data_ptr(), out.data_ptr()))
     return parts
 
 

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 
 import torch
 
@@ -20,9 +22,16 @@ __all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
 # A LaunchConfig may ask for another MMA of the same precision (fp8 with fp32 promotion, fp16 on decoded values);
 # a GPU without Triton's e4m3 type decodes.
 _DOT = {"exact": "fp16", "fp8": "fp8"}
-# Launches of the Hopper kernel for unchecked calls, by everything a call's checks and Triton's specialisation
-# depend on (dimensions, dtypes, devices, contiguity, 16-byte alignment, the cache's address). A launch holds the
-# cache's TMA descriptors, not the cache.
+# Launches of the Hopper kernel for unchecked calls, by the cache's address and the call's scalars, each with a guard
+# over its tensors (dtype, device, sizes, strides: everything else Triton's specialisation and the call's checks
+# depend on, but 16-byte alignment, which the call checks itself). A launch holds the cache's TMA descriptors, not
+# the cache. The guard is the C++ check torch.compile guards its graphs with: reading those attributes in Python
+# cost 2.2 us a call on the H200's host (benchmarks/NOTES.md, part 9). Where a build of PyTorch lacks it,
+# unchecked calls take the checked path every time.
+try:
+    from torch._C._dynamo.guards import TensorGuards
+except ImportError:
+    TensorGuards = None
 _LAUNCHES: dict = {}
 _MAX_LAUNCHES = 64
 
@@ -40,21 +49,30 @@ def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=N
     return "portable" if reason else "hopper"
 
 
-def _launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, precision, config, out):
-    return (q.shape, q.dtype, q.device, q.is_contiguous(), q.data_ptr() % 16, kv_cache.data_ptr(), kv_cache.shape,
-            kv_cache.dtype, kv_cache.device, weights.shape, weights.dtype, weights.device, weights.is_contiguous(),
-            weights.data_ptr() % 16, context_lens.shape, context_lens.dtype, context_lens.device,
-            context_lens.is_contiguous(), context_lens.data_ptr() % 16, block_tables.shape, block_tables.dtype,
-            block_tables.device, block_tables.stride(), block_tables.data_ptr() % 16, max_model_len, layout,
-            precision, config, out is None or out.data_ptr() % 16)
+def _launch_key(q, kv_cache, max_model_len, layout, precision, config) -> tuple:
+    return kv_cache.data_ptr(), q.shape, max_model_len, layout, precision, config
 
 
 def _cached_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
-                   precision: str | None = None, config=None, out: torch.Tensor | None = None):
+                   precision: str | None = None, config=None):
     """The compiled Hopper launch that an unchecked call with these arguments repeats, or None before the first
-    such call; for timing the launch alone (it passes addresses unchecked: call it with the call's own tensors)."""
-    return _LAUNCHES.get(_launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
-                                     precision, config, out))
+    such call; for timing the launch alone (it takes the addresses of the call's own tensors)."""
+    return _guarded_launch(_launch_key(q, kv_cache, max_model_len, layout, precision, config), q, kv_cache, weights,
+                           context_lens, block_tables)
+
+
+def _guarded_launch(key, *inputs):
+    entry = _LAUNCHES.get(key)
+    if entry is not None and entry[0].check(*inputs):
+        return entry[1]
+    return None
+
+
+def _addresses(q, weights, context_lens, block_tables, out) -> tuple[int, ...] | None:
+    """The tensors' addresses, which a kept launch takes, or None unless all are 16-byte aligned (the launches
+    kept for unchecked calls are compiled for aligned tensors)."""
+    addresses = q.data_ptr(), weights.data_ptr(), context_lens.data_ptr(), block_tables.data_ptr(), out.data_ptr()
+    return None if functools.reduce(operator.or_, addresses) % 16 else addresses
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
@@ -78,15 +96,16 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     cache or the table (:func:`preshuffle.contract.unreadable_positions`). Repeated unchecked calls of the same
     dimensions skip the other checks too and launch the compiled Hopper kernel directly. ``out``, an fp32
     ``[B * next_n, max_model_len]`` tensor, receives the result instead of a new one; every element is written."""
-    if not check_values:
-        key = _launch_key(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, precision,
-                          config, out)
-        launch = _LAUNCHES.get(key)
+    keep = not check_values and TensorGuards is not None
+    if keep:
+        key = _launch_key(q, kv_cache, max_model_len, layout, precision, config)  # the caller's arguments
+        launch = _guarded_launch(key, q, kv_cache, weights, context_lens, block_tables)
         if launch is not None:
-            shape = (q.shape[0] * q.shape[1], max_model_len)
-            out = output_tensor(out, shape, q.device)
-            launch(q, weights, context_lens, block_tables, out)
-            return out
+            out = output_tensor(out, (q.shape[0] * q.shape[1], max_model_len), q.device)
+            addresses = _addresses(q, weights, context_lens, block_tables, out)
+            if addresses is not None:
+                launch(*addresses)
+                return out
     support = device.current_support()
     if precision is None:
         precision = support.default_precision
@@ -121,8 +140,11 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
                            exact=precision == "exact",
                            config=config or hopper_config(dims.batch, dims.next_n, max_model_len,
                                                           exact=precision == "exact", block_size=dims.block_size))
-    if not check_values and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables))):
+    if (keep and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables)))
+            and _addresses(q, weights, context_lens, block_tables, out) is not None):
         if len(_LAUNCHES) >= _MAX_LAUNCHES:
             _LAUNCHES.clear()
-        _LAUNCHES[key] = launch
+        guard = TensorGuards(q, kv_cache, weights, context_lens, block_tables, dynamic_dims_sizes=None,
+                             dynamic_dims_strides=None)
+        _LAUNCHES[key] = guard, launch
     return out

@@ -424,9 +424,9 @@ def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, 
 class HopperLaunch:
     """One compiled specialisation, called through its C launcher with the cache's TMA descriptors already
     encoded (or, for the gather, its address) and the dimension arguments fixed: what is left of a call's host work
-    is passing five tensors."""
+    is passing five addresses."""
 
-    def __init__(self, compiled, srcs, grid, fixed):
+    def __init__(self, compiled, srcs, grid, fixed, device: int):
         from triton.backends.nvidia.driver import make_tensordesc_arg
 
         launcher = compiled.run
@@ -445,14 +445,13 @@ class HopperLaunch:
         self.srcs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
                           for src, meta in zip(srcs, metas)
                           for x in ((src,) if isinstance(src, torch.Tensor) else make_tensordesc_arg(src, meta)))
-        self.grid, self.fixed = grid, fixed
+        self.grid, self.fixed, self.device = grid, fixed, device
 
-    def __call__(self, q, weights, context_lens, block_tables, out):
-        # Addresses as ints: the launcher then skips its own data_ptr call and driver query for each tensor (the
-        # call's cache key already holds their devices).
-        self.raw(self.grid[0], self.grid[1], 1, torch._C._cuda_getCurrentRawStream(q.get_device()), *self.head,
-                 q.data_ptr(), *self.srcs, weights.data_ptr(), context_lens.data_ptr(), block_tables.data_ptr(),
-                 out.data_ptr(), *self.fixed)
+    def __call__(self, q: int, weights: int, context_lens: int, block_tables: int, out: int):
+        """Launch on the current stream of the launch's device, with the tensors' addresses (the caller's guard
+        holds their devices and dimensions): as ints, the launcher skips a data_ptr call and a driver query each."""
+        self.raw(self.grid[0], self.grid[1], 1, torch._C._cuda_getCurrentRawStream(self.device), *self.head, q,
+                 *self.srcs, weights, context_lens, block_tables, out, *self.fixed)
 
 
 def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx_2d: bool, exact: bool,
@@ -482,7 +481,7 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     srcs = sources(kv_cache, layout)
     compiled = _hopper_kernel[grid](q, *srcs, weights, context_lens, block_tables, out, *dims, **constexprs,
                                     num_warps=4, maxnreg=maxnreg)
-    return HopperLaunch(compiled, srcs, grid, (*dims, *constexprs.values(), 4))
+    return HopperLaunch(compiled, srcs, grid, (*dims, *constexprs.values(), 4), q.get_device())
 
 
 def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",

@@ -103,3 +103,10 @@ def benchmark_problem(shape: Shape, block_size: int, layout: str = "normal", *, 
     weights = torch.randn(shape.batch * shape.next_n, heads, generator=gd, device=dev)
     return PagedMQAProblem(q, kv_cache, weights, ctx.to(torch.int32).to(dev), block_tables.to(dev), int(ctx.max()),
                            layout, sum_ctx=int(ctx.sum()))
+
+
+def misaligned_copy(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``t`` whose address is 4 bytes off the 16-byte grid."""
+    raw = torch.empty(t.numel() * t.element_size() + 4, dtype=torch.uint8, device=t.device)[4:]
+    raw.copy_(t.contiguous().view(-1).view(torch.uint8))
+    return raw.view(t.dtype).view(t.shape)
