@@ -86,7 +86,8 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
     kept = object()
     guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
-    kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = guard, kept
+    kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = kernels._Kept(
+        guard, kept, None)
 
     def found(**changes):
         return problem.replace(**changes).call(kernels._cached_launch, precision="fp8") is kept
