@@ -108,12 +108,12 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     if DEV == "cuda":
         assert not found(q=q.cpu(), weights=weights.cpu())                    # devices
     out = torch.empty(problem.batch * problem.next_n, max_model_len, device=DEV)
-    assert kernels._addresses(q, weights, context_lens, block_tables, out) == tuple(
+    assert kernels._Kept.addresses(q, weights, context_lens, block_tables, out) == tuple(
         t.data_ptr() for t in (q, weights, context_lens, block_tables, out))
     for i in range(5):
         tensors = [q, weights, context_lens, block_tables, out]
         tensors[i] = misaligned_copy(tensors[i])
-        assert kernels._addresses(*tensors) is None, i
+        assert kernels._Kept.addresses(*tensors) is None, i
 
 
 def test_fp8_paged_mqa_logits_takes_a_numpy_max_model_len(problem):

@@ -6,9 +6,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-import operator
-import typing
 
 import torch
 
@@ -37,10 +34,34 @@ _LAUNCHES: dict = {}
 _MAX_LAUNCHES = 64
 
 
-class _Kept(typing.NamedTuple):
-    guard: object    # TensorGuards over (q, kv_cache, weights, context_lens, block_tables)
-    launch: object   # hopper.HopperLaunch
-    output: torch.Tensor  # one fp32 zero broadcast to the output's shape: torch.empty_like gives a new output
+class _Kept:
+    """A launch kept for unchecked calls: its guard over the tensors of the call that compiled it, and one fp32
+    zero broadcast to the output's shape (``torch.empty_like`` of it is a new output, 0.3 us less host time than
+    ``torch.empty`` with the sizes on the H200's host; notes, part 9)."""
+
+    __slots__ = ("guard", "launch", "output")
+
+    def __init__(self, guard, launch, output: torch.Tensor):
+        self.guard, self.launch, self.output = guard, launch, output
+
+    def __call__(self, q, kv_cache, weights, context_lens, block_tables, out) -> torch.Tensor | None:
+        """Launch for a call whose tensors pass the guard and are 16-byte aligned and return its output, else
+        None (the call then takes the checked path)."""
+        if not self.guard.check(q, kv_cache, weights, context_lens, block_tables):
+            return None
+        out = torch.empty_like(self.output) if out is None else output_tensor(out, self.output.shape, q.device)
+        addresses = self.addresses(q, weights, context_lens, block_tables, out)
+        if addresses is None:
+            return None
+        self.launch(*addresses)
+        return out
+
+    @staticmethod
+    def addresses(q, weights, context_lens, block_tables, out) -> tuple[int, ...] | None:
+        """The tensors' addresses, or None unless all are 16-byte aligned (as kept launches are compiled for)."""
+        a, b, c = q.data_ptr(), weights.data_ptr(), context_lens.data_ptr()
+        d, e = block_tables.data_ptr(), out.data_ptr()
+        return None if (a | b | c | d | e) % 16 else (a, b, c, d, e)
 
 
 def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=None) -> str:
@@ -64,21 +85,9 @@ def _cached_launch(q, kv_cache, weights, context_lens, block_tables, max_model_l
                    precision: str | None = None, config=None):
     """The compiled Hopper launch that an unchecked call with these arguments repeats, or None before the first
     such call; for timing the launch alone (it takes the addresses of the call's own tensors)."""
-    kept = _kept(_launch_key(q, kv_cache, max_model_len, layout, precision, config), q, kv_cache, weights,
-                 context_lens, block_tables)
-    return None if kept is None else kept.launch
-
-
-def _kept(key, *inputs) -> _Kept | None:
-    kept = _LAUNCHES.get(key)
-    return kept if kept is not None and kept.guard.check(*inputs) else None
-
-
-def _addresses(q, weights, context_lens, block_tables, out) -> tuple[int, ...] | None:
-    """The tensors' addresses, which a kept launch takes, or None unless all are 16-byte aligned (the launches
-    kept for unchecked calls are compiled for aligned tensors)."""
-    addresses = q.data_ptr(), weights.data_ptr(), context_lens.data_ptr(), block_tables.data_ptr(), out.data_ptr()
-    return None if functools.reduce(operator.or_, addresses) % 16 else addresses
+    kept = _LAUNCHES.get(_launch_key(q, kv_cache, max_model_len, layout, precision, config))
+    return kept.launch if kept is not None and kept.guard.check(q, kv_cache, weights, context_lens,
+                                                                 block_tables) else None
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
@@ -105,14 +114,11 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     keep = not check_values and TensorGuards is not None
     if keep:
         key = _launch_key(q, kv_cache, max_model_len, layout, precision, config)  # the caller's arguments
-        kept = _kept(key, q, kv_cache, weights, context_lens, block_tables)
+        kept = _LAUNCHES.get(key)
         if kept is not None:
-            # empty_like of a broadcast zero: 0.5 us less host time than torch.empty with the sizes (notes, part 9)
-            out = torch.empty_like(kept.output) if out is None else output_tensor(out, kept.output.shape, q.device)
-            addresses = _addresses(q, weights, context_lens, block_tables, out)
-            if addresses is not None:
-                kept.launch(*addresses)
-                return out
+            result = kept(q, kv_cache, weights, context_lens, block_tables, out)
+            if result is not None:
+                return result
     support = device.current_support()
     if precision is None:
         precision = support.default_precision
@@ -148,7 +154,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
                            config=config or hopper_config(dims.batch, dims.next_n, max_model_len,
                                                           exact=precision == "exact", block_size=dims.block_size))
     if (keep and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables)))
-            and _addresses(q, weights, context_lens, block_tables, out) is not None):
+            and _Kept.addresses(q, weights, context_lens, block_tables, out) is not None):
         if len(_LAUNCHES) >= _MAX_LAUNCHES:
             _LAUNCHES.clear()
         guard = TensorGuards(q, kv_cache, weights, context_lens, block_tables, dynamic_dims_sizes=None,
