@@ -90,7 +90,8 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
         guard, kept, None)
 
     def found(**changes):
-        return problem.replace(**changes).call(kernels._cached_launch, precision="fp8") is kept
+        found = problem.replace(**changes).call(kernels._kept_for, precision="fp8")
+        return found is not None and found.launch is kept
 
     assert found()
     assert found(q=q.clone(), weights=weights.clone(), block_tables=block_tables.clone())  # new tensors, same kind
@@ -104,7 +105,7 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
                      block_tables=block_tables[:1])                           # the key's q.shape
     assert not found(kv_cache=kv_cache.clone())                               # the cache's address
     assert not found(max_model_len=max_model_len + 16)
-    assert problem.call(kernels._cached_launch, precision="exact") is None
+    assert problem.call(kernels._kept_for, precision="exact") is None
     if DEV == "cuda":
         assert not found(q=q.cpu(), weights=weights.cpu())                    # devices
     out = torch.empty(problem.batch * problem.next_n, max_model_len, device=DEV)

@@ -21,8 +21,7 @@ from dataclasses import asdict
 import torch
 
 from . import deepgemm
-from .contract import output_tensor
-from .kernels import HopperConfig, _cached_launch, fp8_paged_mqa_logits, kernel_for
+from .kernels import HopperConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, hopper_config, whole_row
 from .kernels.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
@@ -82,22 +81,23 @@ def kernel_fn(problem: PagedMQAProblem, precision: str, config=None):
 
 def host_parts(problem: PagedMQAProblem) -> dict:
     """Microseconds of host time of an unchecked fp8 call (``call``), of the same call writing into a given
-    ``out`` (``call_with_out``), and of its parts alone: finding the cached launch (``lookup``: its key and its
-    guard over the tensors), allocating the output as the call does (``alloc``,
-    :func:`preshuffle.contract.output_tensor`) and the launch itself (``launch``: the tensors' addresses, Triton's C
-    launcher and the driver)."""
+    ``out`` (``call_with_out``), and, where a launch is kept for it (the Hopper kernel; the portable one launches
+    through Triton's JIT every call), of its parts alone: finding the kept launch (``lookup``: its key and its guard
+    over the tensors), allocating the output as the call does (``alloc``) and the launch itself (``launch``: the
+    tensors' addresses, Triton's C launcher and the driver)."""
     call = kernel_fn(problem, "fp8")
     out = call()
     q, _, weights, context_lens, block_tables, _ = problem.args
     parts = {"call": timing.host_us(call),
              "call_with_out": timing.host_us(lambda: problem.call(fp8_paged_mqa_logits, precision="fp8",
-                                                                  check_values=False, out=out)),
-             "lookup": timing.host_us(lambda: problem.call(_cached_launch, precision="fp8")),
-             "alloc": timing.host_us(lambda: output_tensor(None, tuple(out.shape), out.device))}
-    launch = problem.call(_cached_launch, precision="fp8")
-    if launch is not None:  # the Hopper kernel (the portable one launches through Triton's JIT every call)
-        parts["launch"] = timing.host_us(lambda: launch(q.data_ptr(), weights.data_ptr(), context_lens.data_ptr(),
-                                                        block_tables.data_ptr(), out.data_ptr()))
+                                                                  check_values=False, out=out))}
+    kept = problem.call(_kept_for, precision="fp8")
+    if kept is not None:
+        parts["lookup"] = timing.host_us(lambda: problem.call(_kept_for, precision="fp8"))
+        parts["alloc"] = timing.host_us(lambda: torch.empty_like(kept.output))
+        parts["launch"] = timing.host_us(lambda: kept.launch(q.data_ptr(), weights.data_ptr(),
+                                                             context_lens.data_ptr(), block_tables.data_ptr(),
+                                                             out.data_ptr()))
     return parts
 
 

@@ -81,13 +81,12 @@ def _launch_key(q, kv_cache, max_model_len, layout, precision, config) -> tuple:
     return kv_cache.data_ptr(), q.shape, max_model_len, layout, precision, config
 
 
-def _cached_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
-                   precision: str | None = None, config=None):
-    """The compiled Hopper launch that an unchecked call with these arguments repeats, or None before the first
-    such call; for timing the launch alone (it takes the addresses of the call's own tensors)."""
+def _kept_for(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
+              precision: str | None = None, config=None) -> _Kept | None:
+    """What an unchecked call with these arguments repeats (its launch takes the addresses of the call's own
+    tensors), or None before the first such call; for timing the parts of a call."""
     kept = _LAUNCHES.get(_launch_key(q, kv_cache, max_model_len, layout, precision, config))
-    return kept.launch if kept is not None and kept.guard.check(q, kv_cache, weights, context_lens,
-                                                                 block_tables) else None
+    return kept if kept is not None and kept.guard.check(q, kv_cache, weights, context_lens, block_tables) else None
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
