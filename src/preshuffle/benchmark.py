@@ -80,20 +80,27 @@ def kernel_fn(problem: PagedMQAProblem, precision: str, config=None):
 
 
 def host_parts(problem: PagedMQAProblem) -> dict:
-    """Microseconds of host time of an unchecked fp8 call (``call``), of the same call writing into a given
+    """Microseconds of host time of an unchecked fp8 call as a caller makes it, tensors in hand (``call``), of the
+    same call through :meth:`PagedMQAProblem.call` (``call_through_problem``, what :func:`kernel_fn` times: the
+    problem's argument tuple and keywords cost 0.5-0.8 us on the H200's host), of the call writing into a given
     ``out`` (``call_with_out``), and, where a launch is kept for it (the Hopper kernel; the portable one launches
     through Triton's JIT every call), of its parts alone: finding the kept launch (``lookup``: its key and its guard
     over the tensors), allocating the output as the call does (``alloc``) and the launch itself (``launch``: the
     tensors' addresses, Triton's C launcher and the driver)."""
-    call = kernel_fn(problem, "fp8")
-    out = call()
-    q, _, weights, context_lens, block_tables, _ = problem.args
-    parts = {"call": timing.host_us(call),
-             "call_with_out": timing.host_us(lambda: problem.call(fp8_paged_mqa_logits, precision="fp8",
-                                                                  check_values=False, out=out))}
-    kept = problem.call(_kept_for, precision="fp8")
+    q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
+    layout = problem.layout
+    out = kernel_fn(problem, "fp8")()
+    parts = {"call": timing.host_us(lambda: fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables,
+                                                                 max_model_len, layout=layout, precision="fp8",
+                                                                 check_values=False)),
+             "call_through_problem": timing.host_us(kernel_fn(problem, "fp8")),
+             "call_with_out": timing.host_us(lambda: fp8_paged_mqa_logits(
+                 q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=layout, precision="fp8",
+                 check_values=False, out=out))}
+    kept = _kept_for(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=layout, precision="fp8")
     if kept is not None:
-        parts["lookup"] = timing.host_us(lambda: problem.call(_kept_for, precision="fp8"))
+        parts["lookup"] = timing.host_us(lambda: _kept_for(q, kv_cache, weights, context_lens, block_tables,
+                                                           max_model_len, layout=layout, precision="fp8"))
         parts["alloc"] = timing.host_us(lambda: torch.empty_like(kept.output))
         parts["launch"] = timing.host_us(lambda: kept.launch(q.data_ptr(), weights.data_ptr(),
                                                              context_lens.data_ptr(), block_tables.data_ptr(),
