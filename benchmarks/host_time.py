@@ -5,11 +5,17 @@ after what the benchmark does before it measures host time: the call's CUDA grap
     python3 benchmarks/host_time.py OUT.json [REPEATS]
 
 The benchmark's own host figures once came out 1.5-1.9x this script's fresh ones (notes, part 9); this puts the
-two states side by side in one process."""
+two states side by side in one process. It also times Triton's C launcher on a kernel of one pointer argument
+(``one_argument_launch``), the floor of any launch through it: what a launcher of our own could save is the rest of
+``launch``."""
 
 import json
 import sys
 from dataclasses import asdict
+
+import torch
+import triton
+import triton.language as tl
 
 from preshuffle import deepgemm
 from preshuffle.benchmark import host_parts, kernel_fn, provenance
@@ -30,9 +36,25 @@ def parts(problems, state: str, repeats: int) -> list[dict]:
     return rows
 
 
+@triton.jit
+def _one_store(ptr):
+    tl.store(ptr, 1.0)
+
+
+def one_argument_launch_us() -> float:
+    x = torch.empty(1, device="cuda")
+    compiled = _one_store[(1,)](x)
+    raw = compiled.run.launch  # the C launcher: no descriptor arguments to wrap
+    head = (compiled.function, False, False, None, None, compiled.packed_metadata, None, None, None)
+    address = x.data_ptr()
+    return timing.host_us(lambda: raw(1, 1, 1, torch._C._cuda_getCurrentRawStream(0), *head, address))
+
+
 def main(path: str, repeats: int = 3):
     problems = {shape: benchmark_problem(shape, 64, "normal") for shape in SHAPES}
     rows = parts(problems, "fresh", repeats)
+    floor = [one_argument_launch_us() for _ in range(repeats)]
+    print("one-argument launch", floor, flush=True)
     for problem in problems.values():
         timing.time_ms(kernel_fn(problem, "fp8"))
     rows += parts(problems, "after the call's graph timed", repeats)
@@ -42,7 +64,7 @@ def main(path: str, repeats: int = 3):
             timing.time_ms(deepgemm.logits_fn(dg, problem))
         rows += parts(problems, "after DeepGEMM timed", repeats)
     with open(path, "w") as f:
-        json.dump({"provenance": provenance(), "rows": rows}, f, indent=1)
+        json.dump({"provenance": provenance(), "one_argument_launch_us": floor, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":
