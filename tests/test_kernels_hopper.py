@@ -4,6 +4,7 @@ everywhere; against the float64 reference, in both precisions, where an sm90 GPU
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -149,10 +150,11 @@ def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
 
 
 @on_hopper
-def test_unchecked_calls_the_kept_launch_cannot_serve_are_right():
+@pytest.mark.parametrize("block_size", [64, 1])
+def test_unchecked_calls_the_kept_launch_cannot_serve_are_right(block_size):
     """After an unchecked call keeps its launch, calls of the same cache and query shape with a wider block table,
     2-D context lengths or a query 4 bytes off the 16-byte grid each get the checked call's logits."""
-    problem = random_problem([300, 129, 64], next_n=2, block_size=64, seed=5, device="cuda")
+    problem = random_problem([300, 129, 64], next_n=2, block_size=block_size, seed=5, device="cuda")
     q, _, _, context_lens, block_tables, _ = problem.args
     lens_2d = context_lens.view(-1, 1) - 1 + torch.arange(2, device="cuda", dtype=torch.int32)
     for changed in ({}, {"block_tables": torch.cat([block_tables, block_tables], dim=1)},
@@ -161,6 +163,21 @@ def test_unchecked_calls_the_kept_launch_cannot_serve_are_right():
         for _ in range(2):  # the first of each kind keeps its launch (an aligned one), the second repeats it
             assert_bitwise_equal(call.call(fp8_paged_mqa_logits, check_values=False),
                                  call.call(fp8_paged_mqa_logits))
+
+
+@on_hopper
+def test_a_kept_launch_runs_from_a_thread_that_has_not_used_cuda():
+    """An unchecked repeat from another thread, which may have no CUDA context current yet: the preset launch then
+    makes the device's primary context current."""
+    problem = random_problem([300, 129], block_size=64, seed=6, device="cuda")
+    expected = problem.call(fp8_paged_mqa_logits)
+    problem.call(fp8_paged_mqa_logits, check_values=False)  # keeps the launch
+    results = []
+    thread = threading.Thread(target=lambda: results.append(problem.call(fp8_paged_mqa_logits, check_values=False)))
+    thread.start()
+    thread.join()
+    torch.cuda.synchronize()
+    assert_bitwise_equal(results[0], expected)
 
 
 @on_hopper

@@ -86,7 +86,7 @@ def host_parts(problem: PagedMQAProblem) -> dict:
     ``out`` (``call_with_out``), and, where a launch is kept for it (the Hopper kernel; the portable one launches
     through Triton's JIT every call), of its parts alone: finding the kept launch (``lookup``: its key and its guard
     over the tensors), allocating the output as the call does (``alloc``) and the launch itself (``launch``: the
-    tensors' addresses, Triton's C launcher and the driver)."""
+    tensors' addresses, the preset launch and the driver)."""
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
     layout = problem.layout
     out = kernel_fn(problem, "fp8")()

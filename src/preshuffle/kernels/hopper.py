@@ -48,6 +48,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .launch import CHUNK, HopperConfig, gathers, hopper_loader_regs, hopper_registers, math_warpgroups
+from .preset_launch import preset
 
 HEAD_DIM = 128
 _CHUNK = gl.constexpr(CHUNK)  # positions per MMA (and per stage of the ring)
@@ -422,36 +423,27 @@ def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, 
 
 
 class HopperLaunch:
-    """One compiled specialisation, called through its C launcher with the cache's TMA descriptors already
-    encoded (or, for the gather, its address) and the dimension arguments fixed: what is left of a call's host work
-    is passing five addresses."""
+    """One compiled specialisation with the cache's TMA descriptors already encoded (or, for the gather, its
+    address) and the dimension arguments fixed, launched through a preset launch (:mod:`.preset_launch`): what is
+    left of a call's host work is passing five addresses."""
 
     def __init__(self, compiled, srcs, grid, fixed, device: int):
         from triton.backends.nvidia.driver import make_tensordesc_arg
 
-        launcher = compiled.run
-        inner = launcher.launch
-        if hasattr(inner, "__closure__"):  # Triton's wrapper that encodes descriptors around the C launcher
-            cells = dict(zip(inner.__code__.co_freevars, (c.cell_contents for c in inner.__closure__)))
-        else:  # no descriptor arguments (the gather): the C launcher itself
-            cells = {"launcher": inner, "tensordesc_meta": None}
-        if launcher.global_scratch_size or launcher.profile_scratch_size:
+        if compiled.run.global_scratch_size or compiled.run.profile_scratch_size:
             raise RuntimeError("the Hopper kernel needs no scratch memory")
-        self.raw = cells["launcher"]
-        self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
-                     compiled.packed_metadata, None, None, None)
-        # Encoded once; addresses as ints, so a launch keeps no cache alive.
-        metas = cells["tensordesc_meta"] or [None] * len(srcs)
-        self.srcs = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
-                          for src, meta in zip(srcs, metas)
-                          for x in ((src,) if isinstance(src, torch.Tensor) else make_tensordesc_arg(src, meta)))
-        self.grid, self.fixed, self.device = grid, fixed, device
+        metas = compiled.metadata.tensordesc_meta or [None] * len(srcs)
+        # Encoded once by Triton; addresses as ints, so a launch keeps no cache alive.
+        encoded = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
+                        for src, meta in zip(srcs, metas)
+                        for x in ((src,) if isinstance(src, torch.Tensor) else make_tensordesc_arg(src, meta)))
+        self.launch = preset(compiled, (None, *encoded, None, None, None, None, *fixed), grid, device)
+        self.device = device
 
     def __call__(self, q: int, weights: int, context_lens: int, block_tables: int, out: int):
         """Launch on the current stream of the launch's device, with the tensors' addresses (the caller's guard
-        holds their devices and dimensions): as ints, the launcher skips a data_ptr call and a driver query each."""
-        self.raw(self.grid[0], self.grid[1], 1, torch._C._cuda_getCurrentRawStream(self.device), *self.head, q,
-                 *self.srcs, weights, context_lens, block_tables, out, *self.fixed)
+        holds their devices and dimensions)."""
+        self.launch(torch._C._cuda_getCurrentRawStream(self.device), q, weights, context_lens, block_tables, out)
 
 
 def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx_2d: bool, exact: bool,
@@ -484,13 +476,10 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     return HopperLaunch(compiled, srcs, grid, (*dims, *constexprs.values(), 4), q.get_device())
 
 
-def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
-                  ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None):
-    """Compile the kernel for sm90a without a GPU (Triton's bundled ptxas): what a launch of these dimensions
-    would run, for reading its resources and SASS on any machine (:mod:`preshuffle.kernels.sass`). Returns Triton's
-    compiled kernel. Call it where TRITON_INTERPRET is 0: under the interpreter, Triton's own jit helpers that
-    Gluon calls are interpreted functions (``benchmarks/compile_hopper.py`` sets it)."""
-    from triton.backends.compiler import GPUTarget
+def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
+                 ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None):
+    """What a launch of these dimensions compiles, with 16-byte aligned tensors: Gluon's source of the kernel (its
+    signature, constexprs and alignment), and the launch's register budget a thread."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     config = config or HopperConfig(CHUNK)
@@ -509,5 +498,17 @@ def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, lay
                  **dict.fromkeys((*constexprs, "num_warps"), "constexpr")}
     tensors = (0, 1, 2, 3, 4, 5, 6) if gathers(block_size) else (0, 3, 4, 5, 6)
     aligned = {(i,): [["tt.divisibility", 16]] for i in tensors}  # the tensors, 16-byte aligned
-    source = GluonASTSource(_hopper_kernel, signature, {**constexprs, "num_warps": 4}, aligned)
+    return GluonASTSource(_hopper_kernel, signature, {**constexprs, "num_warps": 4}, aligned), maxnreg
+
+
+def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
+                  ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None):
+    """Compile the kernel for sm90a without a GPU (Triton's bundled ptxas): what a launch of these dimensions
+    would run, for reading its resources and SASS on any machine (:mod:`preshuffle.kernels.sass`). Returns Triton's
+    compiled kernel. Call it where TRITON_INTERPRET is 0: under the interpreter, Triton's own jit helpers that
+    Gluon calls are interpreted functions (``benchmarks/compile_hopper.py`` sets it)."""
+    from triton.backends.compiler import GPUTarget
+
+    source, maxnreg = sm90a_source(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
+                                   config=config)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
