@@ -92,6 +92,21 @@ def test_clean_l2_and_host_time_cover_the_small_shapes(record):
     assert set(report.host_us(record)) == set(clean)
 
 
+def test_host_time_summary_reads_every_state_of_the_committed_host_time_run():
+    record = report.load(report.RESULTS / "h200-host-time.json")
+    summary = report.host_time_summary(record)
+    assert [(s["shape"], s["state"]) for s in summary] == [
+        (shape, state) for state in ("fresh", "after the call's graph timed")
+        for shape in (Shape(64, 1, 8192), Shape(1, 1, 131072))]
+    for s in summary:
+        calls = sorted(r["us"]["call"] for r in record["rows"]
+                       if Shape(**r["shape"]) == s["shape"] and r["state"] == s["state"])
+        assert (s["call"]["min"], s["call"]["median"], s["call"]["max"]) == (calls[0], calls[len(calls) // 2], calls[-1])
+        assert s["repeats"] == len(calls) == 3
+        assert s["lookup"]["median"] + s["alloc"]["median"] + s["launch"]["median"] < s["call"]["max"]
+    assert "over 3; medians: call_with_out" in report.format_host_time(summary)
+
+
 def launch_rule_us(record, shape, variant, precision="fp8"):
     """The committed row the benchmark flagged as the launch rule's, read without the report module."""
     rows = [r["us"] for r in record["rows"] if r["kernel"] in ("hopper", "portable") and r["variant"] == variant

@@ -140,6 +140,29 @@ def host_us(record: dict) -> dict[Shape, float]:
     return {Shape(**h["shape"]): h["us"] for h in record.get("host_us", [])}
 
 
+def host_time_summary(record: dict) -> list[dict]:
+    """A ``benchmarks/host_time.py`` run (results/h200-host-time.json): per shape and process state (fresh, after the
+    call's graph was timed, after DeepGEMM was timed), the median, least and most of each part over the repeats."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in record["rows"]:
+        groups.setdefault((Shape(**row["shape"]), row["state"]), []).append(row["us"])
+    summary = []
+    for (shape, state), runs in groups.items():
+        parts = {name: sorted(run[name] for run in runs) for name in runs[0]}
+        summary.append({"shape": shape, "state": state, "repeats": len(runs),
+                        **{name: {"median": v[len(v) // 2], "min": v[0], "max": v[-1]} for name, v in parts.items()}})
+    return summary
+
+
+def format_host_time(summary: list[dict]) -> str:
+    lines = []
+    for s in summary:
+        parts = ", ".join(f"{name} {s[name]['median']:.1f}" for name in ("call_with_out", "lookup", "alloc", "launch"))
+        lines.append(f"{s['shape'].label:26s} {s['state']:29s} call {s['call']['median']:4.1f} us "
+                     f"({s['call']['min']:.1f}-{s['call']['max']:.1f} over {s['repeats']}; medians: {parts})")
+    return "\n".join(lines)
+
+
 def _cell(value, width: int, fmt: str = ".1f", suffix: str = "") -> str:
     return f"{value:{width - len(suffix)}{fmt}}{suffix}" if value is not None else f"{'-':>{width}s}"
 
@@ -163,10 +186,11 @@ def format_summary(rows: list[dict]) -> str:
 
 def provenance_line(record: dict) -> str:
     p = record["provenance"]
-    return (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
-            f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}; copy ceiling "
-            f"{record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run"
-            + (", DeepGEMM in the same process" if record.get("deepgemm") else ""))
+    line = (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
+            f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}")
+    if "copy_bytes_per_s" in record:
+        line += f"; copy ceiling {record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run"
+    return line + (", DeepGEMM in the same process" if record.get("deepgemm") else "")
 
 
 def format_ladder(steps: list[dict]) -> str:
