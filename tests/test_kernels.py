@@ -85,9 +85,13 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     monkeypatch.setattr(kernels, "_LAUNCHES", {})
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
     kept = object()
-    guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
-    kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = kernels._Kept(
-        guard, kept, None)
+
+    def keep():  # what the entry point stores once an unchecked call has compiled its launch
+        guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = \
+            kernels._Kept(guard, kept, None)
+
+    keep()
 
     def found(**changes):
         found = problem.replace(**changes).call(kernels._kept_for, precision="fp8")
@@ -108,6 +112,9 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     assert problem.call(kernels._kept_for, precision="exact") is None
     if DEV == "cuda":
         assert not found(q=q.cpu(), weights=weights.cpu())                    # devices
+    with torch.inference_mode():  # how vLLM calls it: a launch kept there is found there
+        keep()
+        assert found()
     out = torch.empty(problem.batch * problem.next_n, max_model_len, device=DEV)
     assert kernels._Kept.addresses(q, weights, context_lens, block_tables, out) == tuple(
         t.data_ptr() for t in (q, weights, context_lens, block_tables, out))
