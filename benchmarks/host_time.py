@@ -1,13 +1,14 @@
-"""Host time of an unchecked call (``benchmark.host_parts``), in a process that has done nothing else, then again
-after what the benchmark does before it measures host time: the call's CUDA graph timed by do_bench, and (where
-``deep_gemm`` imports) DeepGEMM timed on the same inputs.
+"""Host time of an unchecked call (``benchmark.host_parts``) in one process through the states the benchmark passes
+before it measures host time: fresh, after the call's CUDA graph was timed by do_bench, after the plain call was
+timed back to back (the benchmark's eager row), and (where ``deep_gemm`` imports) after DeepGEMM was timed on the
+same inputs.
 
     python3 benchmarks/host_time.py OUT.json [REPEATS]
 
-The benchmark's own host figures once came out 1.5-1.9x this script's fresh ones (notes, part 9); this puts the
-two states side by side in one process. It also times Triton's C launcher on a kernel of one pointer argument
-(``one_argument_launch``), the floor of any launch through it: what a launcher of our own could save is the rest of
-``launch``."""
+The benchmark's own host figures came out 1.5-1.9x this script's in 5 of 8 measurements (notes, part 9); the state
+after the eager timing was added after the run of results/h200-host-time.json, which did not pass through it. The
+script also times Triton's C launcher on a kernel of one pointer argument (``one_argument_launch``): the floor of
+any launch through it, most of it the driver's."""
 
 import json
 import sys
@@ -58,6 +59,10 @@ def main(path: str, repeats: int = 3):
     for problem in problems.values():
         timing.time_ms(kernel_fn(problem, "fp8"))
     rows += parts(problems, "after the call's graph timed", repeats)
+    # The eager row: plain calls back to back, a queue of launches the host waits on.
+    for problem in problems.values():
+        timing.time_ms(kernel_fn(problem, "fp8"), graph=False)
+    rows += parts(problems, "after the plain call timed", repeats)
     dg = deepgemm.load()
     if dg is not None:
         for problem in problems.values():
