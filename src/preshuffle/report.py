@@ -141,8 +141,8 @@ def host_us(record: dict) -> dict[Shape, float]:
 
 
 def host_time_summary(record: dict) -> list[dict]:
-    """A ``benchmarks/host_time.py`` run (results/h200-host-time.json): per shape and process state (fresh, after the
-    call's graph was timed, after DeepGEMM was timed), the median, least and most of each part over the repeats."""
+    """A ``benchmarks/host_time.py`` run (results/h200-host-time.json): per shape and process state (fresh, and after
+    each of the timings the benchmark runs first), the median, least and most of each part over the repeats."""
     groups: dict[tuple, list[dict]] = {}
     for row in record["rows"]:
         groups.setdefault((Shape(**row["shape"]), row["state"]), []).append(row["us"])

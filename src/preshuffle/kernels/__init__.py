@@ -45,11 +45,9 @@ class _Kept:
     def __init__(self, guard, launch, output: torch.Tensor):
         self.guard, self.launch, self.output = guard, launch, output
 
-    def __call__(self, q, kv_cache, weights, context_lens, block_tables, out) -> torch.Tensor | None:
-        """Launch for a call whose tensors pass the guard and are 16-byte aligned and return its output, else
-        None (the call then takes the checked path)."""
-        if not self.guard.check(q, kv_cache, weights, context_lens, block_tables):
-            return None
+    def __call__(self, q, weights, context_lens, block_tables, out) -> torch.Tensor | None:
+        """Launch for a call whose tensors passed the guard and return its output, or None where an address is off
+        the 16-byte grid (the call then takes the checked path)."""
         out = torch.empty_like(self.output) if out is None else output_tensor(out, self.output.shape, q.device)
         addresses = self.addresses(q, weights, context_lens, block_tables, out)
         if addresses is None:
@@ -86,7 +84,13 @@ def _kept_for(q, kv_cache, weights, context_lens, block_tables, max_model_len, *
               precision: str | None = None, config=None) -> _Kept | None:
     """What an unchecked call with these arguments repeats (its launch takes the addresses of the call's own
     tensors), or None before the first such call; for timing the parts of a call."""
-    kept = _LAUNCHES.get(_launch_key(q, kv_cache, max_model_len, layout, precision, config))
+    return _guarded(_launch_key(q, kv_cache, max_model_len, layout, precision, config), q, kv_cache, weights,
+                    context_lens, block_tables)
+
+
+def _guarded(key, q, kv_cache, weights, context_lens, block_tables) -> _Kept | None:
+    """The launch kept under ``key`` if these tensors pass its guard."""
+    kept = _LAUNCHES.get(key)
     return kept if kept is not None and kept.guard.check(q, kv_cache, weights, context_lens, block_tables) else None
 
 
@@ -114,9 +118,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     keep = not check_values and TensorGuards is not None
     if keep:
         key = _launch_key(q, kv_cache, max_model_len, layout, precision, config)  # the caller's arguments
-        kept = _LAUNCHES.get(key)
+        kept = _guarded(key, q, kv_cache, weights, context_lens, block_tables)
         if kept is not None:
-            result = kept(q, kv_cache, weights, context_lens, block_tables, out)
+            result = kept(q, weights, context_lens, block_tables, out)
             if result is not None:
                 return result
     support = device.current_support()

@@ -26,7 +26,7 @@ def module():
     from triton.backends.nvidia.driver import include_dirs
     from triton.runtime.build import compile_module_from_src
 
-    source = (Path(__file__).with_name("preset_launch.c")).read_text()
+    source = Path(__file__).with_name("preset_launch.c").read_text()
     return compile_module_from_src(source, "preshuffle_preset_launch", include_dirs=include_dirs)
 
 
