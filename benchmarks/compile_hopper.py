@@ -25,8 +25,9 @@ VARIANTS = [  # (next_n, block_size, layout, exact, row_warpgroups): the anchor 
     (3, 1, "normal", True, True)]
 
 
-def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4) -> dict:
-    config = HopperConfig(CHUNK, stages, maxnreg, row_warpgroups=row_warpgroups)
+def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4,
+                    row_mmas=False) -> dict:
+    config = HopperConfig(CHUNK, stages, maxnreg, row_warpgroups=row_warpgroups, row_mmas=row_mmas)
     compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config)
     ops = sass.instruction_counts(compiled)
     return {"variant": [next_n, block_size, layout, exact, row_warpgroups], **sass.resources(compiled),
@@ -50,6 +51,7 @@ def main(argv=None):
     ap.add_argument("--layout", choices=["normal", "shuffle"], default="normal")
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--row-warpgroups", action="store_true")
+    ap.add_argument("--row-mmas", action="store_true")
     ap.add_argument("--maxnreg", type=int)
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--json", action="store_true", help="print every variant's resources as JSON")
@@ -61,7 +63,7 @@ def main(argv=None):
             print(line(compile_variant(*variant, stages=args.stages)), flush=True)
     else:
         print(line(compile_variant(args.next_n, args.block_size, args.layout, args.exact, args.row_warpgroups,
-                                   args.maxnreg, args.stages)))
+                                   args.maxnreg, args.stages, args.row_mmas)))
 
 
 if __name__ == "__main__":

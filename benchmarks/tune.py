@@ -19,7 +19,7 @@ import json
 import torch
 from tqdm import tqdm
 
-from preshuffle import benchmark, report
+from preshuffle import benchmark, deepgemm, report
 from preshuffle.kernels import HopperConfig, LaunchConfig
 from preshuffle.kernels.launch import config_for, dot_precision, hopper_maxnreg, split_row
 from preshuffle.precision import PRECISIONS
@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--configs", nargs="+", required=True,
                     help="configuration fields as JSON, one object each (see above)")
     ap.add_argument("--programs-per-sm", type=int, nargs="+", default=[1, 4, 8, 16])
+    ap.add_argument("--against", choices=["deepgemm"],
+                    help="also time DeepGEMM on each shape it takes, in the same process on the same inputs")
     return ap
 
 
@@ -93,10 +95,20 @@ def main(argv: list[str] | None = None) -> dict:
         configs = [parse_config(text, args.kernel) for text in args.configs]
     except (ValueError, TypeError) as exc:
         ap.error(str(exc))
+    dg = deepgemm.load() if args.against else None
+    if args.against and dg is None:
+        ap.error("--against deepgemm: deep_gemm does not import here")
     record = {"provenance": benchmark.provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "rows": []}
     for shape, variant in tqdm([(shape, v) for shape in shapes for v in args.variants]):
         problem = benchmark_problem(shape, *VARIANTS[variant])
         reference = problem.call(reference_and_magnitude)
+        if dg is not None and deepgemm.refusal(problem) is None:
+            row = benchmark.measure(deepgemm.logits_fn(dg, problem), problem, reference, precision="fp8",
+                                    copy_bytes_per_s=record["copy_bytes_per_s"])
+            record["rows"].append({"shape": shape.label, "variant": variant, "pps": 0, "config": {"kernel": "deepgemm"},
+                                   **row})
+            print(f"{shape.label:28s} {variant:15s} {'deepgemm':70s}        {row.get('us', float('nan')):9.1f} us",
+                  flush=True)
         for fields in configs:
             checked = None  # the first split is compared with the reference, the others with it, bit for bit
             for pps in args.programs_per_sm:

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from preshuffle import benchmark, device
+from preshuffle import benchmark, deepgemm, device
 from preshuffle.kernels import launch
 from preshuffle.testing import timing
 
@@ -77,3 +77,12 @@ def test_hopper_configs_take_the_register_budget_of_their_path(tune, monkeypatch
     assert precision == "fp8" and config.maxnreg == 96 and not config.row_warpgroups
     precision, config = tune.make_config("hopper", {"precision": "exact"}, 64, 8192, 4, 2)
     assert precision == "exact" and config.maxnreg == 128
+
+
+@pytest.mark.skipif(deepgemm.load() is not None, reason="deep_gemm imports here")
+def test_main_refuses_deepgemm_where_it_does_not_import(tune, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        tune.main(["--out", str(tmp_path / "t.json"), "--shapes", "0", "--kernel", "hopper", "--configs", "{}",
+                   "--against", "deepgemm"])
+    assert exit_info.value.code == 2 and "deep_gemm does not import here" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
