@@ -36,8 +36,8 @@ for step; do
     sweep-row-mmas) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-row-mmas.json" --shapes 1 7 \
                       --variants block64-normal block16-shuffle --programs-per-sm 2 4 8 --against deepgemm \
                       --configs '{}' '{"row_mmas": true}' '{"precision": "exact"}' \
-                      '{"precision": "exact", "row_mmas": true}' > "$out/sweep-row-mmas.log" 2>&1
-                    tail -18 "$out/sweep-row-mmas.log" ;;
+                      '{"precision": "exact", "row_mmas": true}' '{"row_mmas": true, "stages": 6}' > "$out/sweep-row-mmas.log" 2>&1
+                    tail -24 "$out/sweep-row-mmas.log" ;;
     host-time) python3 benchmarks/host_time.py "$out/h200-host-time.json" 2>&1 | tail -3 ;;
     sweep-gather) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-gather.json" --shapes 0 1 3 4 \
                     --variants block1 block64-normal --programs-per-sm 1 2 3 4 8 --configs '{}' '{"stages": 6}' \
