@@ -25,9 +25,8 @@ VARIANTS = [  # (next_n, block_size, layout, exact, row_warpgroups): the anchor 
     (3, 1, "normal", True, True)]
 
 
-def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4,
-                    row_mmas=False) -> dict:
-    config = HopperConfig(CHUNK, stages, maxnreg, row_warpgroups=row_warpgroups, row_mmas=row_mmas)
+def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4) -> dict:
+    config = HopperConfig(CHUNK, stages, maxnreg, row_warpgroups=row_warpgroups)
     compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config)
     ops = sass.instruction_counts(compiled)
     return {"variant": [next_n, block_size, layout, exact, row_warpgroups], **sass.resources(compiled),
@@ -51,7 +50,6 @@ def main(argv=None):
     ap.add_argument("--layout", choices=["normal", "shuffle"], default="normal")
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--row-warpgroups", action="store_true")
-    ap.add_argument("--row-mmas", action="store_true")
     ap.add_argument("--maxnreg", type=int)
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--json", action="store_true", help="print every variant's resources as JSON")
@@ -63,7 +61,7 @@ def main(argv=None):
             print(line(compile_variant(*variant, stages=args.stages)), flush=True)
     else:
         print(line(compile_variant(args.next_n, args.block_size, args.layout, args.exact, args.row_warpgroups,
-                                   args.maxnreg, args.stages, args.row_mmas)))
+                                   args.maxnreg, args.stages)))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@
 # (../shared/tools/deepgemm/README.md).
 #   bash benchmarks/run_h200.sh OUTDIR STEP...
 # STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
-# sweep-row-mmas (after deepgemm: next_n = 2 with an MMA a query row, beside one MMA for both and DeepGEMM),
-# host-time (benchmarks/host_time.py),
 # sweep-gather (block 1, gathered, beside block 64), sweep-exact (the exact path at 80 registers, 3 programs an SM),
 # sweep-decode (the portable exact path with e4m3 decoded by integer instructions, beside Triton's conversion),
 # ncu-gather (DRAM bytes of the gather beside TMA's), ncu-source (where the warps wait, per SASS instruction:
@@ -33,12 +31,6 @@ for step; do
              '{"row_warpgroups": true, "stages": 6}' '{"precision": "exact"}' \
              '{"precision": "exact", "row_warpgroups": true}' > "$out/sweep-mtp.log" 2>&1
            tail -24 "$out/sweep-n1.log"; tail -24 "$out/sweep-mtp.log" ;;
-    sweep-row-mmas) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-row-mmas.json" --shapes 1 7 \
-                      --variants block64-normal block16-shuffle --programs-per-sm 2 4 8 --against deepgemm \
-                      --configs '{}' '{"row_mmas": true}' '{"precision": "exact"}' \
-                      '{"precision": "exact", "row_mmas": true}' '{"row_mmas": true, "stages": 6}' > "$out/sweep-row-mmas.log" 2>&1
-                    tail -24 "$out/sweep-row-mmas.log" ;;
-    host-time) python3 benchmarks/host_time.py "$out/h200-host-time.json" 2>&1 | tail -3 ;;
     sweep-gather) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-gather.json" --shapes 0 1 3 4 \
                     --variants block1 block64-normal --programs-per-sm 1 2 3 4 8 --configs '{}' '{"stages": 6}' \
                     > "$out/sweep-gather.log" 2>&1; tail -17 "$out/sweep-gather.log" ;;

@@ -90,14 +90,6 @@ def test_hopper_registers_refuse_a_program_larger_than_an_sm():
     assert launch.hopper_registers(HopperConfig(64, maxnreg=248), 1, exact=False) == 248  # 8 warps fit
 
 
-@pytest.mark.parametrize("next_n, row_warpgroups", [(1, False), (3, False), (2, True)])
-def test_row_mmas_take_two_query_rows_in_one_warpgroup(next_n, row_warpgroups):
-    assert launch.hopper_registers(HopperConfig(64, row_mmas=True), 2, exact=False) == 128
-    config = HopperConfig(64, row_warpgroups=row_warpgroups, row_mmas=True)
-    with pytest.raises(ValueError, match=f"row_mmas takes next_n 2 with one math warpgroup, got next_n {next_n}"):
-        launch.hopper_registers(config, next_n, exact=False)
-
-
 def test_hopper_config_refuses_a_split_off_the_chunk_grid():
     with pytest.raises(ValueError, match="tokens_per_program must be a positive multiple of 64, got 100"):
         HopperConfig(100)
@@ -126,15 +118,13 @@ def problems(draw):
 @on_hopper
 @settings(max_examples=40, deadline=None)
 @given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 64, 192, 1024]), st.booleans(),
-       st.sampled_from([2, 4]), st.booleans())
+       st.sampled_from([2, 4]))
 def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, tokens_per_program, row_warpgroups,
-                                                           stages, row_mmas):
-    """Every kind of cache, split and ring, one math warpgroup or one a query row, at two rows one MMA or one a
-    row; programs of 192 positions start mid-page for 128-token pages, and 1024 positions wrap a 2-stage ring
-    several times."""
-    row_mmas = row_mmas and problem.next_n == 2 and not row_warpgroups
+                                                           stages):
+    """Every kind of cache, split and ring, one math warpgroup or one a query row; programs of 192 positions start
+    mid-page for 128-token pages, and 1024 positions wrap a 2-stage ring several times."""
     config = None if tokens_per_program is None else HopperConfig(tokens_per_program, stages,
-                                                                  row_warpgroups=row_warpgroups, row_mmas=row_mmas)
+                                                                  row_warpgroups=row_warpgroups)
     if config is not None and row_warpgroups and precision == "exact" and problem.next_n == 4:
         with pytest.raises(ValueError, match="cannot launch at next_n 4"):  # 20 warps x 128 registers
             problem.call(fp8_paged_mqa_logits, precision=precision, config=config)
@@ -157,12 +147,6 @@ def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
         for row_warpgroups in (False, True):
             assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision, config=HopperConfig(
                 tokens_per_program, row_warpgroups=row_warpgroups)))
-    # An MMA a row: each row's logits from its own MMA, repeatable, split-independent, within the contract.
-    by_row = [problem.call(fp8_paged_mqa_logits, precision=precision, config=HopperConfig(tokens, row_mmas=True))
-              for tokens in (64, 1344)]
-    assert_bitwise_equal(by_row[0], by_row[1])
-    verdict = check_logits(by_row[0], problem)
-    assert meets_contract(verdict, precision), verdict
 
 
 @on_hopper

@@ -239,28 +239,18 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
 
 
 @gluon.jit
-def _release(empty, s):
-    """Hand stage s back to the loader. The scales (and on the register paths the keys) were read by ordinary loads:
-    order them before the loader's next TMA write into the stage."""
-    fence_async_shared()
-    mbarrier.arrive(empty.index(s), count=1)
-
-
-@gluon.jit
 def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr,
           BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr,
-          CTX_2D: gl.constexpr, EXACT: gl.constexpr, GATHER: gl.constexpr, ROW_MMAS: gl.constexpr,
-          num_warps: gl.constexpr):
+          CTX_2D: gl.constexpr, EXACT: gl.constexpr, GATHER: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup, for query rows J0 .. J0+ROWS-1 (ROWS a power of two; rows past next_n are zero): per chunk,
-    MMAs of the keys against the queries of two rows at a time (one when ROWS is 1, or with ROW_MMAS, where ROWS is
-    2 and both MMAs are in flight at once), each followed by its epilogue; then -inf for its rows' positions past
-    the context."""
+    MMAs of the keys against the queries of two rows at a time (one when ROWS is 1), each followed by its epilogue;
+    then -inf for its rows' positions past the context."""
     ptrs, buffers, bars, dims = work
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
     out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read = dims
     kv_smem, sc_smem = buffers
     ready, empty = bars
-    GJ: gl.constexpr = 2 if ROWS >= 2 and not ROW_MMAS else 1   # query rows per MMA
+    GJ: gl.constexpr = 2 if ROWS >= 2 else 1   # query rows per MMA
     NG: gl.constexpr = ROWS // GJ              # MMAs per chunk
     N: gl.constexpr = GJ * H
     mma8: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 32])
@@ -313,28 +303,20 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
             fence_async_shared()
         scale = _scales(sc_smem, s, rows, TOK, num_warps)
         a = _keys(kv_smem.index(s), a8, a16, SHUFFLED, EXACT)
-        if ROW_MMAS:  # both rows' MMAs in flight; the first row's epilogue runs while the second multiplies
-            acc = warpgroup_mma(a, q_smem.slice(0, N).permute((1, 0)), zero, use_acc=False, is_async=True)
-            acc_next = warpgroup_mma(a, q_smem.slice(N, N).permute((1, 0)), zero, use_acc=False, is_async=True)
-            acc = warpgroup_mma_wait(1, deps=[acc])
-            _store_chunk(acc, w_smem.slice(0, N).load(cols), scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b,
-                         out_stride, end, J0=J0, GJ=1, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
-            acc = warpgroup_mma_wait(0, deps=[acc_next])
-            _release(empty, s)
-            _store_chunk(acc, w_smem.slice(N, N).load(cols), scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b,
-                         out_stride, end, J0=J0 + 1, GJ=1, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
-        else:
-            for g in gl.static_range(NG):
-                acc = warpgroup_mma(a, q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=[acc])
-                if g == NG - 1:
-                    _release(empty, s)
-                if NG == 1:
-                    wg = w
-                else:
-                    wg = w_smem.slice(g * N, N).load(cols)
-                _store_chunk(acc, wg, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
-                             J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
+        for g in gl.static_range(NG):
+            acc = warpgroup_mma(a, q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            if g == NG - 1:
+                # The scales (and on the register paths the keys) were read by ordinary loads: order them before
+                # the loader's next TMA write into this stage, then hand the stage back.
+                fence_async_shared()
+                mbarrier.arrive(empty.index(s), count=1)
+            if NG == 1:
+                wg = w
+            else:
+                wg = w_smem.slice(g * N, N).load(cols)
+            _store_chunk(acc, wg, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
+                         J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
 
     # Positions past the context: -inf, without touching the cache.
     tail = gl.arange(0, _CHUNK, layout=flat)
@@ -350,8 +332,7 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
                    bt_stride, bt_width, out_stride, max_model_len, tokens_per_program, num_blocks,
                    NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                    TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
-                   EXACT: gl.constexpr, GATHER: gl.constexpr, ROW_MMAS: gl.constexpr, MATH_WGS: gl.constexpr,
-                   MATH_REGS: gl.constexpr,
+                   EXACT: gl.constexpr, GATHER: gl.constexpr, MATH_WGS: gl.constexpr, MATH_REGS: gl.constexpr,
                    LOADER_WARPS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
     # kv_src, sc_src: TMA descriptors over the cache's values and scales, or (GATHER) pointers to them.
     b = gl.program_id(0)
@@ -392,30 +373,26 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:
         gl.warp_specialize([
-            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, ROW_MMAS,
-                    num_warps)),
+            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [LOADER_WARPS], [LOADER_REGS])
     elif MATH_WGS == 2:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False,
-                    num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False, 4)),
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, LOADER_WARPS], [MATH_REGS, LOADER_REGS])
     elif MATH_WGS == 3:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False,
-                    num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False, 4)),
-            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False, 4)),
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, LOADER_WARPS],
             [MATH_REGS, MATH_REGS, LOADER_REGS])
     else:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False,
-                    num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False, 4)),
-            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False, 4)),
-            (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, False, 4)),
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, 4, LOADER_WARPS],
             [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
 
@@ -477,8 +454,7 @@ def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx
     constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
                       TOK=CHUNK if gather else min(block_size, CHUNK), STAGES=config.stages,
                       SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d, EXACT=exact, GATHER=gather,
-                      ROW_MMAS=config.row_mmas, MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg,
-                      LOADER_WARPS=4 if gather else 1,
+                      MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg, LOADER_WARPS=4 if gather else 1,
                       LOADER_REGS=config.loader_regs or hopper_loader_regs(block_size))
     return constexprs, maxnreg
 

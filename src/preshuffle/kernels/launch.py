@@ -96,16 +96,13 @@ class HopperConfig:
     programs share an SM, and ptxas must fit the math warpgroups in it; the loader gets ``loader_regs``, by
     default :func:`hopper_loader_regs`'s).
     ``row_warpgroups``: with next_n >= 2, a math warpgroup for each query row, all reading the same stages, instead
-    of one warpgroup for every row. ``row_mmas``: with next_n = 2 and one math warpgroup, an MMA for each row
-    (N = heads) instead of one for both, the two started together, so that the first row's epilogue runs while the
-    second row multiplies; the accumulators take the same 64 registers a thread as one MMA of both rows."""
+    of one warpgroup for every row."""
 
     tokens_per_program: int
     stages: int = 4
     maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
     loader_regs: int | None = None
     row_warpgroups: bool = False
-    row_mmas: bool = False
 
     def __post_init__(self):
         if self.tokens_per_program <= 0 or self.tokens_per_program % CHUNK:
@@ -182,9 +179,6 @@ def math_warpgroups(config: HopperConfig, next_n: int) -> int:
 def hopper_registers(config: HopperConfig, next_n: int, exact: bool) -> int:
     """The register budget a thread of ``config``'s program gets, checked: the program's warps (its math
     warpgroups, and the loader warp, which Triton pads to a warpgroup) must fit in an SM's registers."""
-    if config.row_mmas and (next_n != 2 or config.row_warpgroups):
-        raise ValueError(f"{config}: row_mmas takes next_n 2 with one math warpgroup, got next_n {next_n}"
-                         f"{' with row_warpgroups' if config.row_warpgroups else ''}")
     maxnreg = config.maxnreg or hopper_maxnreg(next_n, exact, config.row_warpgroups)
     warps = 4 * math_warpgroups(config, next_n) + 4
     if warps * 32 * maxnreg > REGISTERS_PER_SM:
