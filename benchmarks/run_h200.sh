@@ -4,6 +4,7 @@
 # (../shared/tools/deepgemm/README.md).
 #   bash benchmarks/run_h200.sh OUTDIR STEP...
 # STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
+# host-time (after deepgemm: benchmarks/host_time.py),
 # sweep-gather (block 1, gathered, beside block 64), sweep-exact (the exact path at 80 registers, 3 programs an SM),
 # sweep-decode (the portable exact path with e4m3 decoded by integer instructions, beside Triton's conversion),
 # ncu-gather (DRAM bytes of the gather beside TMA's), ncu-source (where the warps wait, per SASS instruction:
@@ -31,6 +32,7 @@ for step; do
              '{"row_warpgroups": true, "stages": 6}' '{"precision": "exact"}' \
              '{"precision": "exact", "row_warpgroups": true}' > "$out/sweep-mtp.log" 2>&1
            tail -24 "$out/sweep-n1.log"; tail -24 "$out/sweep-mtp.log" ;;
+    host-time) python3 benchmarks/host_time.py "$out/h200-host-time.json" 2>&1 | tail -3 ;;
     sweep-gather) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-gather.json" --shapes 0 1 3 4 \
                     --variants block1 block64-normal --programs-per-sm 1 2 3 4 8 --configs '{}' '{"stages": 6}' \
                     > "$out/sweep-gather.log" 2>&1; tail -17 "$out/sweep-gather.log" ;;

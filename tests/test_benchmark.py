@@ -80,6 +80,8 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     monkeypatch.setattr(timing, "refuse_interpreter", lambda: None)
     monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4e12)
     monkeypatch.setattr(timing, "host_us", lambda fn: 9.0)
+    profile = {"us": 9.5, "cpu_share": 1.0, "preempted": 0, "other_threads_cpu_ms": 0.0}
+    monkeypatch.setattr(timing, "host_profile", lambda fn: profile)
     monkeypatch.setattr(timing, "floor_ms", lambda: 0.004)
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
     monkeypatch.setattr(deepgemm, "load", lambda: None)
@@ -98,7 +100,7 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     assert [r["kernel"] for r in rows if not r.get("rule") and not r.get("step")] == ["torch"]
     # The portable kernel launches through Triton's JIT every call: no kept launch whose parts to time alone.
     assert record["host_us"] == [{"shape": {"batch": 2, "next_n": 1, "avg_ctx": 100}, "kernel": "portable", "us": 9.0,
-                                  "parts": {"call_through_problem": 9.0, "call_with_out": 9.0}}]
+                                  "parts": {"call_through_problem": 9.0, "call_with_out": 9.0}, "profile": profile}]
     assert record["timer_floor_us"] == 4.0
     summary = report.summary(record)[0]
     assert summary["block1_over_block64"] == 1.0 and summary["deepgemm_us"] is None

@@ -48,21 +48,60 @@ def host_us(fn, calls: int = 100, batch: int = 10) -> float:
     after a warm-up, ``calls`` calls in batches of ``batch``, each batch timed on the host and the GPU drained
     between batches, so that a queue of pending kernels never holds a launch back; the median batch's time per
     call."""
+    return host_profile(fn, calls, batch)["us"]
+
+
+def host_profile(fn, calls: int = 100, batch: int = 10) -> dict:
+    """:func:`host_us` (``us``) with what the host did meanwhile, to tell a slow call from a busy host:
+    ``cpu_share``, the calling thread's CPU time over the batches' wall time (below 1: it was preempted or
+    blocked while timed); and, where Linux's /proc is readable (None elsewhere), ``preempted``, the calling
+    thread's involuntary context switches over the whole measurement, and ``other_threads_cpu_ms``, the CPU time
+    the process's other threads used meanwhile (a busy worker can share the timed thread's core)."""
     refuse_interpreter()
     import statistics
     import time
 
     for _ in range(5):
         fn()
-    per_call = []
+    before = _thread_activity()
+    wall, cpu = [], []
     for _ in range(calls // batch):
         torch.cuda.synchronize()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         for _ in range(batch):
             fn()
-        per_call.append((time.perf_counter() - start) / batch)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.thread_time() - start_cpu)
     torch.cuda.synchronize()
-    return statistics.median(per_call) * 1e6
+    after = _thread_activity()
+    profile = {"us": statistics.median(wall) / batch * 1e6, "cpu_share": sum(cpu) / sum(wall),
+               "preempted": None, "other_threads_cpu_ms": None}
+    if before and after:
+        profile["preempted"] = after["preempted"] - before["preempted"]
+        profile["other_threads_cpu_ms"] = sum(ticks - before["others"].get(tid, 0)
+                                              for tid, ticks in after["others"].items()) * 1e3 / before["hz"]
+    return profile
+
+
+def _thread_activity() -> dict | None:
+    """This thread's involuntary context switches and the CPU clock ticks of every other thread of the process,
+    from /proc; None where it cannot be read."""
+    import os
+    import threading
+
+    me = threading.get_native_id()
+    try:
+        others = {}
+        for tid in os.listdir("/proc/self/task"):
+            if int(tid) != me:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                others[int(tid)] = int(fields[11]) + int(fields[12])  # utime + stime
+        with open(f"/proc/self/task/{me}/status") as f:
+            preempted = next(int(line.split()[1]) for line in f if line.startswith("nonvoluntary_ctxt_switches"))
+        return {"preempted": preempted, "others": others, "hz": os.sysconf("SC_CLK_TCK")}
+    except (OSError, ValueError, StopIteration):  # a thread that ended meanwhile, or no /proc
+        return None
 
 
 def floor_ms(**kwargs) -> float:
