@@ -80,7 +80,7 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     monkeypatch.setattr(timing, "refuse_interpreter", lambda: None)
     monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4e12)
     monkeypatch.setattr(timing, "host_us", lambda fn: 9.0)
-    profile = {"us": 9.5, "cpu_share": 1.0, "preempted": 0, "other_threads_cpu_ms": 0.0}
+    profile = {"us": 9.5, "cpu_share": 1.0, "python_loop_us": 3.0, "preempted": 0, "other_threads_cpu_ms": 0.0}
     monkeypatch.setattr(timing, "host_profile", lambda fn: profile)
     monkeypatch.setattr(timing, "floor_ms", lambda: 0.004)
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)

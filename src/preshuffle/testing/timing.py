@@ -54,7 +54,8 @@ def host_us(fn, calls: int = 100, batch: int = 10) -> float:
 def host_profile(fn, calls: int = 100, batch: int = 10) -> dict:
     """:func:`host_us` (``us``) with what the host did meanwhile, to tell a slow call from a busy host:
     ``cpu_share``, the calling thread's CPU time over the batches' wall time (below 1: it was preempted or
-    blocked while timed); and, where Linux's /proc is readable (None elsewhere), ``preempted``, the calling
+    blocked while timed); ``python_loop_us``, the median time of a fixed loop of 200 Python additions timed after
+    each batch (the host's speed: a call and this loop slow down together on a slow host); and, where Linux's /proc is readable (None elsewhere), ``preempted``, the calling
     thread's involuntary context switches over the whole measurement, and ``other_threads_cpu_ms``, the CPU time
     the process's other threads used meanwhile (a busy worker can share the timed thread's core)."""
     refuse_interpreter()
@@ -64,7 +65,7 @@ def host_profile(fn, calls: int = 100, batch: int = 10) -> dict:
     for _ in range(5):
         fn()
     before = _thread_activity()
-    wall, cpu = [], []
+    wall, cpu, loop = [], [], []
     for _ in range(calls // batch):
         torch.cuda.synchronize()
         start, start_cpu = time.perf_counter(), time.thread_time()
@@ -72,15 +73,25 @@ def host_profile(fn, calls: int = 100, batch: int = 10) -> dict:
             fn()
         wall.append(time.perf_counter() - start)
         cpu.append(time.thread_time() - start_cpu)
+        start = time.perf_counter()
+        _python_loop()
+        loop.append(time.perf_counter() - start)
     torch.cuda.synchronize()
     after = _thread_activity()
     profile = {"us": statistics.median(wall) / batch * 1e6, "cpu_share": sum(cpu) / sum(wall),
-               "preempted": None, "other_threads_cpu_ms": None}
+               "python_loop_us": statistics.median(loop) * 1e6, "preempted": None, "other_threads_cpu_ms": None}
     if before and after:
         profile["preempted"] = after["preempted"] - before["preempted"]
         profile["other_threads_cpu_ms"] = sum(ticks - before["others"].get(tid, 0)
                                               for tid, ticks in after["others"].items()) * 1e3 / before["hz"]
     return profile
+
+
+def _python_loop() -> int:
+    total = 0
+    for i in range(200):
+        total += i
+    return total
 
 
 def _thread_activity() -> dict | None:
