@@ -96,7 +96,8 @@ def test_host_time_summary_reads_every_state_of_the_committed_host_time_run():
     record = report.load(report.RESULTS / "h200-host-time.json")
     summary = report.host_time_summary(record)
     assert [(s["shape"], s["state"]) for s in summary] == [
-        (shape, state) for state in ("fresh", "after the call's graph timed")
+        (shape, state) for state in ("fresh", "after the call's graph timed", "after the plain call timed",
+                                     "after DeepGEMM timed")
         for shape in (Shape(64, 1, 8192), Shape(1, 1, 131072))]
     for s in summary:
         calls = sorted(r["us"]["call"] for r in record["rows"]
@@ -104,7 +105,11 @@ def test_host_time_summary_reads_every_state_of_the_committed_host_time_run():
         assert (s["call"]["min"], s["call"]["median"], s["call"]["max"]) == (calls[0], calls[len(calls) // 2], calls[-1])
         assert s["repeats"] == len(calls) == 3
         assert s["lookup"]["median"] + s["alloc"]["median"] + s["launch"]["median"] < s["call"]["max"]
+        loops = sorted(r["profile"]["python_loop_us"] for r in record["rows"]
+                       if Shape(**r["shape"]) == s["shape"] and r["state"] == s["state"])
+        assert s["python_loop"]["median"] == loops[1]
     assert "over 3; medians: call_with_out" in report.format_host_time(summary)
+    assert "; Python loop " in report.format_host_time(summary)
 
 
 def launch_rule_us(record, shape, variant, precision="fp8"):

@@ -142,10 +142,14 @@ def host_us(record: dict) -> dict[Shape, float]:
 
 def host_time_summary(record: dict) -> list[dict]:
     """A ``benchmarks/host_time.py`` run (results/h200-host-time.json): per shape and process state (fresh, and after
-    each of the timings the benchmark runs first), the median, least and most of each part over the repeats."""
+    each of the timings the benchmark runs first), the median, least and most of each part over the repeats, and
+    (where the run recorded it) of ``python_loop``, a fixed Python loop timed beside the call: the host's speed."""
     groups: dict[tuple, list[dict]] = {}
     for row in record["rows"]:
-        groups.setdefault((Shape(**row["shape"]), row["state"]), []).append(row["us"])
+        us = dict(row["us"])
+        if "profile" in row:
+            us["python_loop"] = row["profile"]["python_loop_us"]
+        groups.setdefault((Shape(**row["shape"]), row["state"]), []).append(us)
     summary = []
     for (shape, state), runs in groups.items():
         parts = {name: sorted(run[name] for run in runs) for name in runs[0]}
@@ -158,8 +162,9 @@ def format_host_time(summary: list[dict]) -> str:
     lines = []
     for s in summary:
         parts = ", ".join(f"{name} {s[name]['median']:.1f}" for name in ("call_with_out", "lookup", "alloc", "launch"))
-        lines.append(f"{s['shape'].label:26s} {s['state']:29s} call {s['call']['median']:4.1f} us "
-                     f"({s['call']['min']:.1f}-{s['call']['max']:.1f} over {s['repeats']}; medians: {parts})")
+        loop = f"; Python loop {s['python_loop']['median']:.1f}" if "python_loop" in s else ""
+        lines.append(f"{s['shape'].label:24s} {s['state']:28s} call {s['call']['median']:4.1f} us "
+                     f"({s['call']['min']:.1f}-{s['call']['max']:.1f} over {s['repeats']}; medians: {parts}{loop})")
     return "\n".join(lines)
 
 
