@@ -4,7 +4,7 @@
 # (../shared/tools/deepgemm/README.md).
 #   bash benchmarks/run_h200.sh OUTDIR STEP...
 # STEP: hopper-tests (the Hopper kernel's tests), sweep (benchmarks/tune.py over the Hopper kernel's launches),
-# host-time (after deepgemm: benchmarks/host_time.py),
+# host-time (after deepgemm: benchmarks/host_time.py), page-read (benchmarks/page_read.py and its kernel's tests),
 # sweep-gather (block 1, gathered, beside block 64), sweep-exact (the exact path at 80 registers, 3 programs an SM),
 # sweep-decode (the portable exact path with e4m3 decoded by integer instructions, beside Triton's conversion),
 # ncu-gather (DRAM bytes of the gather beside TMA's), ncu-source (where the warps wait, per SASS instruction:
@@ -32,6 +32,8 @@ for step; do
              '{"row_warpgroups": true, "stages": 6}' '{"precision": "exact"}' \
              '{"precision": "exact", "row_warpgroups": true}' > "$out/sweep-mtp.log" 2>&1
            tail -24 "$out/sweep-n1.log"; tail -24 "$out/sweep-mtp.log" ;;
+    page-read) python3 -m pytest -q -p no:cacheprovider tests/test_kernels_page_read.py 2>&1 | tail -2
+               python3 benchmarks/page_read.py "$out/h200-page-read.json" 2>&1 | tail -30 ;;
     host-time) python3 benchmarks/host_time.py "$out/h200-host-time.json" 2>&1 | tail -3 ;;
     sweep-gather) python3 benchmarks/tune.py --kernel hopper --out "$out/sweep-gather.json" --shapes 0 1 3 4 \
                     --variants block1 block64-normal --programs-per-sm 1 2 3 4 8 --configs '{}' '{"stages": 6}' \

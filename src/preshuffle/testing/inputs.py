@@ -27,6 +27,17 @@ def scattered_block_tables(blocks_per_seq, num_blocks: int, width: int, generato
     return tables
 
 
+def contiguous_block_tables(blocks_per_seq, width: int) -> torch.Tensor:
+    """int32 ``[B, width]``: sequence b's kernel blocks consecutive, sequences one after another (a cache writer
+    that keeps each sequence's pages together); the rest of a row is 0."""
+    tables = torch.zeros(len(blocks_per_seq), width, dtype=torch.int32)
+    used = 0
+    for b, n in enumerate(int(n) for n in blocks_per_seq):
+        tables[b, :n] = torch.arange(used, used + n, dtype=torch.int32)
+        used += n
+    return tables
+
+
 def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: int = 128, block_size: int = 16,
                    layout: str = "normal", ctx_2d: bool = False, extra_blocks: int = 2, spare_columns: int = 1,
                    max_model_len: int | None = None, seed: int = 0, device=None,

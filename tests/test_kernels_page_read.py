@@ -1,0 +1,71 @@
+"""The page-read floor kernel: every value and scale word a call reads, folded, against torch on fresh random
+caches of every page size (under Triton's interpreter on the CPU, compiled on a GPU)."""
+
+import json
+
+import pytest
+import torch
+
+from preshuffle import benchmark, device
+from preshuffle.kernels.page_read import page_read, page_read_reference
+from preshuffle.shapes import Shape
+from preshuffle.testing import timing
+from preshuffle.testing.inputs import contiguous_block_tables, random_problem
+
+
+@pytest.mark.parametrize("block_size, tokens", [(1, 16), (16, 32), (64, 64), (24, 16)])
+def test_page_read_folds_every_word_a_call_reads(block_size, tokens):
+    problem = random_problem([70, 0, 129, 33], block_size=block_size, seed=block_size)
+    q, kv_cache, _, context_lens, block_tables, max_model_len = problem.args
+    out = page_read(kv_cache, context_lens, block_tables, max_model_len, tokens=tokens)
+    assert torch.equal(out.cpu(), page_read_reference(kv_cache, context_lens, block_tables, max_model_len,
+                                                      tokens=tokens).cpu())
+    read = -(-70 // tokens)  # programs that read some of sequence 0's 70 positions
+    assert (out[0, :read] != 0).all() and (out[0, read:] == 0).all() and (out[1] == 0).all()
+    # One flipped byte in a page the call reads changes its program's word, and only that one.
+    corrupted = kv_cache.clone()
+    page = int(block_tables[2, 100 // block_size])
+    corrupted[page, 100 % block_size, 0, 5] ^= 0x10
+    changed = page_read(corrupted, context_lens, block_tables, max_model_len, tokens=tokens) != out
+    expected = torch.zeros_like(changed)
+    expected[2, 100 // tokens] = True
+    assert torch.equal(changed, expected)
+
+
+def test_contiguous_block_tables_deal_consecutive_pages():
+    tables = contiguous_block_tables([2, 0, 3], width=4)
+    assert tables.tolist() == [[0, 1, 0, 0], [0, 0, 0, 0], [2, 3, 4, 0]]
+
+
+@pytest.mark.parametrize("field, kwargs, message", [
+    ("kv_cache", {}, r"kv_cache must be uint8 \[num_blocks, block_size, 1, 132\], got torch.float32"),
+    ("tokens", {"tokens": 48}, "tokens must be a power of two >= 16, got 48")])
+def test_page_read_refuses_what_it_cannot_read(field, kwargs, message):
+    problem = random_problem([20], block_size=16, seed=1)
+    _, kv_cache, _, context_lens, block_tables, max_model_len = problem.args
+    if field == "kv_cache":
+        kv_cache = kv_cache.float()
+    with pytest.raises(ValueError, match=message):
+        page_read(kv_cache, context_lens, block_tables, max_model_len, **kwargs)
+
+
+@pytest.mark.skipif(not device.INTERPRETED, reason="runs the script on the CPU with its GPU timer stubbed")
+def test_page_read_script_records_floor_and_kernel_on_every_cache(load_benchmark, tmp_path, monkeypatch):
+    script = load_benchmark("page_read")
+    monkeypatch.setattr(timing, "time_ms", lambda fn, graph=True, clean_l2=False: 0.5)
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4e12)
+    monkeypatch.setattr(benchmark, "REPEATS", 2)
+    monkeypatch.setattr(script, "SHAPES", (Shape(2, 1, 100),))
+    record = script.main(str(tmp_path / "page-read.json"))
+    assert [r["cache"] for r in record["rows"]] == list(script.CACHES)
+    for r in record["rows"]:
+        assert r["floor_us"] == r["kernel_us"] == 500.0 and r["kernel_meets_contract"]
+        assert set(r["floor_all_us"]) == {f"{t}x{w}" for t, w in script.LAUNCHES}
+        assert r["page_bytes"] % 132 == 0 and r["page_bytes"] > 0
+    assert json.loads((tmp_path / "page-read.json").read_text())["rows"] == record["rows"]
+
+
+def test_fold_xors_runs_of_words(load_benchmark):
+    fold = load_benchmark("page_read").fold
+    words = torch.tensor([[1, 2, 4, 8, 16]], dtype=torch.int32)
+    assert fold(words, 2).tolist() == [[3, 12, 16]] and fold(words, 8).tolist() == [[31]]
