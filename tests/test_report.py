@@ -236,3 +236,18 @@ def test_gather_costs_compare_each_caches_fastest_fp8_launch():
             {"shape": "s", "variant": "block64-normal", "config": {}, "launch": fp8, "pps": 4, "us": 20.0},
             {"shape": "t", "variant": "block1", "config": {}, "launch": fp8, "pps": 2, "us": 7.0}]  # no block 64 here
     assert report.gather_costs(rows) == [{"shape": "s", "block1_us": 24.0, "block64_us": 16.0, "ratio": 1.5}]
+
+
+def test_page_read_costs_read_every_shape_of_the_committed_run():
+    record = report.load(report.RESULTS / "h200-page-read.json")
+    costs = report.page_read_costs(record)
+    rows = {(r["shape"], r["cache"]): r for r in record["rows"]}
+    assert len(costs) == 6 and all(r["kernel_meets_contract"] for r in record["rows"])
+    for c in costs:
+        one, base = rows[(c["shape"], "block1")], rows[(c["shape"], "block64-normal")]
+        assert c["block1_floor_ratio"] == one["floor_us"] / base["floor_us"]
+        assert c["block1_kernel_ratio"] == one["kernel_us"] / base["kernel_us"]
+        assert c["block1_floor_over_block64_kernel"] == one["floor_us"] / base["kernel_us"]
+        assert c["block64-normal_floor_ratio"] == 1.0
+    text = report.format_page_read(costs)
+    assert all(c["shape"] in text for c in costs) and "kernel / its floor" in text

@@ -135,6 +135,43 @@ def gather_costs(rows: list[dict]) -> list[dict]:
             for (shape, variant), us in best.items() if variant == "block1" and (shape, BASE) in best]
 
 
+def page_read_costs(record: dict) -> list[dict]:
+    """A ``benchmarks/page_read.py`` run (results/h200-page-read.json): per shape, what each cache costs the page-read
+    floor and the kernel against 64-token pages, the kernel's time over its floor on each cache, and block 1's floor
+    over the kernel's time on 64-token pages."""
+    by_shape: dict[str, dict[str, dict]] = {}
+    for row in record["rows"]:
+        by_shape.setdefault(row["shape"], {})[row["cache"]] = row
+    costs = []
+    for shape, caches in by_shape.items():
+        base = caches[BASE]
+        costs.append({"shape": shape, "block64_floor_us": base["floor_us"], "block64_kernel_us": base["kernel_us"],
+                      # what block 1 <= 1.5x block 64 asks of a kernel whose reads alone take the floor's time
+                      "block1_floor_over_block64_kernel": caches["block1"]["floor_us"] / base["kernel_us"],
+                      **{f"{cache}_floor_ratio": row["floor_us"] / base["floor_us"] for cache, row in caches.items()},
+                      **{f"{cache}_kernel_ratio": row["kernel_us"] / base["kernel_us"] for cache, row in caches.items()},
+                      **{f"{cache}_over_floor": row["kernel_us"] / row["floor_us"] for cache, row in caches.items()}})
+    return costs
+
+
+def format_page_read(costs: list[dict]) -> str:
+    caches = {"block16-normal": "16", "block1": "1", "block1-contiguous": "1 contig"}
+    every = {BASE: "64", **caches}
+
+    def cells(c, suffix, names):
+        return " ".join(f"{c[f'{k}_{suffix}']:8.2f}x" for k in names)
+
+    lines = [f"{'':26s} {'floor':>10s} | {'floor / block 64':^29s} | {'kernel / block 64':^29s} | "
+             f"{'kernel / its floor':^39s}",
+             f"{'shape':26s} {'block 64':>10s} | " + " | ".join(" ".join(f"{n:>9s}" for n in caches.values())
+                                                            for _ in range(2))
+             + " | " + " ".join(f"{n:>9s}" for n in every.values())]
+    for c in costs:
+        lines.append(f"{c['shape']:26s} {c['block64_floor_us']:7.1f} us | {cells(c, 'floor_ratio', caches)} | "
+                     f"{cells(c, 'kernel_ratio', caches)} | {cells(c, 'over_floor', every)}")
+    return "\n".join(lines)
+
+
 def host_us(record: dict) -> dict[Shape, float]:
     """Host time of one unchecked call, per shape measured."""
     return {Shape(**h["shape"]): h["us"] for h in record.get("host_us", [])}

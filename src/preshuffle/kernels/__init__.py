@@ -1,8 +1,9 @@
 """The FP8 paged-MQA-logits kernels behind one entry point, :func:`fp8_paged_mqa_logits`: the portable Triton kernel
 (:mod:`.portable`, every GPU Triton compiles fp8 for, and the CPU through Triton's interpreter), the Hopper kernel
 (:mod:`.hopper`, Gluon: TMA, mbarriers, WGMMA) and the launch its unchecked repeats go through
-(:mod:`.preset_launch`), their launch rules (:mod:`.launch`), chapter 3's teaching steps (:mod:`.steps`), and a
-compiled kernel's resources and SASS read without a GPU (:mod:`.sass`)."""
+(:mod:`.preset_launch`), their launch rules (:mod:`.launch`), chapter 3's teaching steps (:mod:`.steps`), a kernel
+that only reads a call's pages, the floor under every layout (:mod:`.page_read`), and a compiled kernel's resources
+and SASS read without a GPU (:mod:`.sass`)."""
 
 from __future__ import annotations
 
