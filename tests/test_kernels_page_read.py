@@ -37,16 +37,35 @@ def test_contiguous_block_tables_deal_consecutive_pages():
     assert tables.tolist() == [[0, 1, 0, 0], [0, 0, 0, 0], [2, 3, 4, 0]]
 
 
-@pytest.mark.parametrize("field, kwargs, message", [
-    ("kv_cache", {}, r"kv_cache must be uint8 \[num_blocks, block_size, 1, 132\], got torch.float32"),
-    ("tokens", {"tokens": 48}, "tokens must be a power of two >= 16, got 48")])
-def test_page_read_refuses_what_it_cannot_read(field, kwargs, message):
+def test_ids_outside_the_cache_and_lengths_past_the_table_read_nothing():
+    problem = random_problem([40, 50], block_size=16, seed=3)
+    _, kv_cache, _, context_lens, block_tables, max_model_len = problem.args
+    tables = block_tables.clone()
+    tables[0, 1] = kv_cache.shape[0] + 5   # past the cache
+    tables[1, 0] = -3
+    lens = torch.tensor([40, 10**6], dtype=torch.int32, device=context_lens.device)  # past its row of the table
+    out = page_read(kv_cache, lens, tables, max_model_len, tokens=16)
+    assert torch.equal(out.cpu(), page_read_reference(kv_cache, lens, tables, max_model_len, tokens=16).cpu())
+    assert out[0, 1] == 0 and out[1, 0] == 0 and (out[0, [0, 2]] != 0).all()  # programs of the bad ids read nothing
+
+
+@pytest.mark.parametrize("field, message", [
+    ("kv_cache", r"kv_cache must be uint8 \[num_blocks, block_size, 1, 132\], got torch.float32"),
+    ("context_lens", r"context_lens must be int32 \[B\], got torch.int64 \[1\]"),
+    ("block_tables", r"block_tables must be int32 \[B=1, width\], got torch.int32 \[2, \d+\]"),
+    ("max_model_len", "max_model_len must be positive, got 0"),
+    ("tokens", "tokens must be a power of two >= 16, got 48")])
+def test_page_read_refuses_what_it_cannot_read(field, message):
     problem = random_problem([20], block_size=16, seed=1)
     _, kv_cache, _, context_lens, block_tables, max_model_len = problem.args
-    if field == "kv_cache":
-        kv_cache = kv_cache.float()
+    args = {"kv_cache": kv_cache, "context_lens": context_lens, "block_tables": block_tables,
+            "max_model_len": max_model_len}
+    changed = {"kv_cache": kv_cache.float(), "context_lens": context_lens.long(),
+               "block_tables": torch.cat([block_tables, block_tables]), "max_model_len": 0}
+    if field in changed:
+        args[field] = changed[field]
     with pytest.raises(ValueError, match=message):
-        page_read(kv_cache, context_lens, block_tables, max_model_len, **kwargs)
+        page_read(**args, tokens=48 if field == "tokens" else 64)
 
 
 @pytest.mark.skipif(not device.INTERPRETED, reason="runs the script on the CPU with its GPU timer stubbed")

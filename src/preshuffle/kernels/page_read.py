@@ -4,8 +4,8 @@ positions, the same block-table lookups, the widest loads the addresses allow) a
 word a program, so nothing is written that a kernel would not write and no load can be dropped.
 
 What it measures is what the memory system charges for a layout. A 64-token page is one run of 8448 bytes whose
-rows are 16-byte aligned; a one-token page is a 132-byte record at a random place, 4-byte aligned, that touches
-three 64-byte DRAM bursts. The block-1 target (at most 1.5x block 64) is a claim about that charge; timing this
+rows are 16-byte aligned; a one-token page is a 132-byte record at a random place, 4-byte aligned, that spans
+three 64-byte segments of memory. The block-1 target (at most 1.5x block 64) is a claim about that charge; timing this
 kernel on both caches tests it without any MMA or pipeline in the way (``benchmarks/page_read.py``).
 """
 
@@ -19,13 +19,14 @@ WORDS_PER_TOKEN = 33  # 128 value bytes and a 4-byte scale
 
 
 @triton.jit
-def _page_read_kernel(words_ptr, ctx_ptr, bt_ptr, out_ptr, bt_stride, bt_width,
+def _page_read_kernel(words_ptr, ctx_ptr, bt_ptr, out_ptr, bt_stride, bt_width, num_blocks,
                       BLOCK_SIZE: tl.constexpr, TOKENS: tl.constexpr):
     b = tl.program_id(0)
     pos = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
     kv_len = tl.load(ctx_ptr + b)
     ok = (pos < kv_len) & (pos // BLOCK_SIZE < bt_width)
     ids = tl.load(bt_ptr + b * bt_stride + pos // BLOCK_SIZE, mask=ok, other=0)
+    ok = ok & (ids >= 0) & (ids < num_blocks)                          # an id outside the cache reads nothing
     page = ids.to(tl.int64) * (BLOCK_SIZE * 33)                       # words; a page is BLOCK_SIZE * 33 of them
     t = pos % BLOCK_SIZE
     w = tl.arange(0, 32)
@@ -39,18 +40,27 @@ def page_read(kv_cache: torch.Tensor, context_lens: torch.Tensor, block_tables: 
               *, tokens: int = 64, num_warps: int = 4) -> torch.Tensor:
     """Read positions ``[0, min(ctx_b, max_model_len))`` of every sequence b through ``block_tables``: int32
     ``[B, cdiv(max_model_len, tokens)]``, the XOR of the value and scale words of each program's ``tokens``
-    positions (:func:`page_read_reference` computes the same). Block ids must lie in the cache (no checks: a
-    measuring tool, called on a problem's own checked tensors)."""
+    positions (:func:`page_read_reference` computes the same). Positions past the table, and block ids outside the
+    cache, read nothing."""
     if kv_cache.dtype != torch.uint8 or kv_cache.dim() != 4 or kv_cache.shape[-1] != 4 * WORDS_PER_TOKEN:
         raise ValueError(f"kv_cache must be uint8 [num_blocks, block_size, 1, 132], got {kv_cache.dtype} "
                          f"{list(kv_cache.shape)}")
+    if context_lens.dtype != torch.int32 or context_lens.dim() != 1:
+        raise ValueError(f"context_lens must be int32 [B], got {context_lens.dtype} {list(context_lens.shape)}")
+    if block_tables.dtype != torch.int32 or block_tables.dim() != 2 or block_tables.shape[0] != context_lens.shape[0]:
+        raise ValueError(f"block_tables must be int32 [B={context_lens.shape[0]}, width], got {block_tables.dtype} "
+                         f"{list(block_tables.shape)}")
+    if {context_lens.device, block_tables.device} != {kv_cache.device}:
+        raise ValueError(f"context_lens and block_tables must be on kv_cache's device {kv_cache.device}")
+    if max_model_len <= 0:
+        raise ValueError(f"max_model_len must be positive, got {max_model_len}")
     if tokens < 16 or tokens & (tokens - 1):
         raise ValueError(f"tokens must be a power of two >= 16, got {tokens}")
     batch = context_lens.shape[0]
     out = torch.empty(batch, triton.cdiv(max_model_len, tokens), dtype=torch.int32, device=kv_cache.device)
     _page_read_kernel[out.shape](kv_cache.view(torch.int32), context_lens, block_tables, out,
-                                 block_tables.stride(0), block_tables.shape[1], BLOCK_SIZE=kv_cache.shape[1],
-                                 TOKENS=tokens, num_warps=num_warps)
+                                 block_tables.stride(0), block_tables.shape[1], kv_cache.shape[0],
+                                 BLOCK_SIZE=kv_cache.shape[1], TOKENS=tokens, num_warps=num_warps)
     return out
 
 
@@ -65,8 +75,10 @@ def page_read_reference(kv_cache: torch.Tensor, context_lens: torch.Tensor, bloc
         pos = torch.arange(n)
         ids = block_tables[b].cpu().long()[pos // block_size]
         t = pos % block_size
+        valid = (ids >= 0) & (ids < kv_cache.shape[0])
+        ids = torch.where(valid, ids, 0)
         words = torch.cat([pages[ids[:, None], t[:, None] * 32 + torch.arange(32)[None, :]],
-                           pages[ids, block_size * 32 + t][:, None]], dim=1)           # [n, 33]
+                           pages[ids, block_size * 32 + t][:, None]], dim=1) * valid[:, None]   # [n, 33]
         padded = torch.zeros(triton.cdiv(n, tokens) * tokens, WORDS_PER_TOKEN, dtype=torch.int32)
         padded[:n] = words
         out[b, :padded.shape[0] // tokens] = _xor(padded.reshape(-1, tokens * WORDS_PER_TOKEN))

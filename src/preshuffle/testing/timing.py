@@ -55,9 +55,10 @@ def host_profile(fn, calls: int = 100, batch: int = 10) -> dict:
     """:func:`host_us` (``us``) with what the host did meanwhile, to tell a slow call from a busy host:
     ``cpu_share``, the calling thread's CPU time over the batches' wall time (below 1: it was preempted or
     blocked while timed); ``python_loop_us``, the median time of a fixed loop of 200 Python additions timed after
-    each batch (the host's speed: a call and this loop slow down together on a slow host); and, where Linux's /proc is readable (None elsewhere), ``preempted``, the calling
-    thread's involuntary context switches over the whole measurement, and ``other_threads_cpu_ms``, the CPU time
-    the process's other threads used meanwhile (a busy worker can share the timed thread's core)."""
+    each batch (the host's speed: a call and this loop slow down together on a slow host); and, where Linux's /proc
+    is readable (None elsewhere), ``preempted``, the calling thread's involuntary context switches over the whole
+    measurement, and ``other_threads_cpu_ms``, the CPU time the process's other threads used meanwhile (a busy
+    worker can share the timed thread's core)."""
     refuse_interpreter()
     import statistics
     import time
