@@ -1,7 +1,13 @@
-"""GPU timers: ``triton.testing.do_bench`` medians with L2 flushed, CUDA-graph replays, and the HBM copy ceiling.
-They refuse Triton's interpreter, whose timings are not kernel timings."""
+"""GPU timers: ``triton.testing.do_bench`` medians with L2 flushed, CUDA-graph replays, and the HBM copy ceiling;
+the host's time per call, with what else the host did meanwhile. They refuse Triton's interpreter, whose timings
+are not kernel timings."""
 
 from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
 
 import torch
 
@@ -60,9 +66,6 @@ def host_profile(fn, calls: int = 100, batch: int = 10) -> dict:
     measurement, and ``other_threads_cpu_ms``, the CPU time the process's other threads used meanwhile (a busy
     worker can share the timed thread's core)."""
     refuse_interpreter()
-    import statistics
-    import time
-
     for _ in range(5):
         fn()
     before = _thread_activity()
@@ -98,9 +101,6 @@ def _python_loop() -> int:
 def _thread_activity() -> dict | None:
     """This thread's involuntary context switches and the CPU clock ticks of every other thread of the process,
     from /proc; None where it cannot be read."""
-    import os
-    import threading
-
     me = threading.get_native_id()
     try:
         others = {}
