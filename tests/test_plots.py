@@ -58,6 +58,16 @@ def test_performance_plots_draw_the_committed_results(record):
     plt.close(fig)
 
 
+def test_page_read_plot_draws_the_committed_floor():
+    costs = report.page_read_costs(report.load(report.RESULTS / "h200-page-read.json"))
+    fig = plots.page_read_plot(costs)
+    heights = sorted(round(p.get_height(), 9) for p in fig.axes[0].patches)
+    assert heights == sorted(round(c[k], 9) for c in costs
+                             for k in ("block1_floor_ratio", "block1_kernel_ratio", "block1-contiguous_floor_ratio"))
+    assert {line.get_ydata()[0] for line in fig.axes[0].lines} == {1.0, 1.5}
+    plt.close(fig)
+
+
 class NotOnCpu(torch.Tensor):
     """Stands in for a CUDA tensor on a machine without one: numpy() refuses, as torch does for any tensor that is
     not on the CPU, and .cpu() gives a plain CPU tensor."""

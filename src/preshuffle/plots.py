@@ -203,6 +203,22 @@ def cache_cost_plot(rows: list[dict]):
     return fig
 
 
+def page_read_plot(costs: list[dict]):
+    """One-token pages against 64-token ones, per shape (rows of report.page_read_costs): what reading them alone
+    costs (the page-read floor), what the kernel's call costs, and reading them kept together, with block 1's
+    target (1.5x)."""
+    series = {"block 1, read alone": "block1_floor_ratio", "block 1, the kernel": "block1_kernel_ratio",
+              "block 1 kept together, read alone": "block1-contiguous_floor_ratio"}
+    labels = [c["shape"].replace(" next_n=", "/").replace(" ctx=", "/") for c in costs]
+    fig = grouped_bars(labels, {name: [c[key] for c in costs] for name, key in series.items()},
+                       "time / the same on block 64",
+                       "One-token pages (B/next_n/ctx): the memory's price and the kernel's", hline=1.0)
+    ax = fig.axes[0]
+    ax.axhline(1.5, color="red", linestyle="--", linewidth=0.8)
+    ax.set_ylim(0, 1.25 * max(c[key] for c in costs for key in series.values()))  # room for the legend
+    return fig
+
+
 def deepgemm_share_plot(rows: list[dict]):
     """Share of the copy ceiling on DeepGEMM's cache: our fp8 and exact paths and DeepGEMM, all from one run."""
     shares = {"ours, fp8": [r["fp8_pct"] for r in rows], "ours, exact": [r["exact_pct"] for r in rows],
