@@ -49,22 +49,26 @@ def test_ids_outside_the_cache_and_lengths_past_the_table_read_nothing():
     assert out[0, 1] == 0 and out[1, 0] == 0 and (out[0, [0, 2]] != 0).all()  # programs of the bad ids read nothing
 
 
-@pytest.mark.parametrize("field, message", [
-    ("kv_cache", r"kv_cache must be uint8 \[num_blocks, block_size, 1, 132\], got torch.float32"),
-    ("context_lens", r"context_lens must be int32 \[B\], got torch.int64 \[1\]"),
-    ("block_tables", r"block_tables must be int32 \[B=1, width\], got torch.int32 \[2, \d+\]"),
-    ("max_model_len", "max_model_len must be positive, got 0"),
-    ("tokens", "tokens must be a power of two >= 16, got 48")])
-def test_page_read_refuses_what_it_cannot_read(field, message):
+@pytest.mark.parametrize("field, error, message", [
+    ("kv_cache", TypeError, "kv_cache must be a uint8 tensor, got torch.float32"),
+    ("head_dim", ValueError, r"kv_cache must hold head_dim 128 \(132-byte tokens\), got 64"),
+    ("context_lens", ValueError, r"context_lens must be int32 \[B\], got torch.int64 \[1\]"),
+    ("block_tables", ValueError, r"block_tables must be int32 \[B=1, width\], got torch.int32 \[2, \d+\]"),
+    ("max_model_len", ValueError, "max_model_len must be positive, got 0"),
+    ("tokens", ValueError, "tokens must be a power of two >= 16, got 48")])
+def test_page_read_refuses_what_it_cannot_read(field, error, message):
     problem = random_problem([20], block_size=16, seed=1)
     _, kv_cache, _, context_lens, block_tables, max_model_len = problem.args
     args = {"kv_cache": kv_cache, "context_lens": context_lens, "block_tables": block_tables,
             "max_model_len": max_model_len}
-    changed = {"kv_cache": kv_cache.float(), "context_lens": context_lens.long(),
-               "block_tables": torch.cat([block_tables, block_tables]), "max_model_len": 0}
+    changed = {"kv_cache": ("kv_cache", kv_cache.float()), "head_dim": ("kv_cache", kv_cache[..., 64:].contiguous()),
+               "context_lens": ("context_lens", context_lens.long()),
+               "block_tables": ("block_tables", torch.cat([block_tables, block_tables])),
+               "max_model_len": ("max_model_len", 0)}
     if field in changed:
-        args[field] = changed[field]
-    with pytest.raises(ValueError, match=message):
+        name, value = changed[field]
+        args[name] = value
+    with pytest.raises(error, match=message):
         page_read(**args, tokens=48 if field == "tokens" else 64)
 
 

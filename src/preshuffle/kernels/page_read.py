@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..cache import cache_geometry
+
 WORDS_PER_TOKEN = 33  # 128 value bytes and a 4-byte scale
 
 
@@ -42,9 +44,9 @@ def page_read(kv_cache: torch.Tensor, context_lens: torch.Tensor, block_tables: 
     ``[B, cdiv(max_model_len, tokens)]``, the XOR of the value and scale words of each program's ``tokens``
     positions (:func:`page_read_reference` computes the same). Positions past the table, and block ids outside the
     cache, read nothing."""
-    if kv_cache.dtype != torch.uint8 or kv_cache.dim() != 4 or kv_cache.shape[-1] != 4 * WORDS_PER_TOKEN:
-        raise ValueError(f"kv_cache must be uint8 [num_blocks, block_size, 1, 132], got {kv_cache.dtype} "
-                         f"{list(kv_cache.shape)}")
+    num_blocks, block_size, head_dim = cache_geometry(kv_cache)
+    if head_dim != 4 * WORDS_PER_TOKEN - 4:
+        raise ValueError(f"kv_cache must hold head_dim {4 * WORDS_PER_TOKEN - 4} (132-byte tokens), got {head_dim}")
     if context_lens.dtype != torch.int32 or context_lens.dim() != 1:
         raise ValueError(f"context_lens must be int32 [B], got {context_lens.dtype} {list(context_lens.shape)}")
     if block_tables.dtype != torch.int32 or block_tables.dim() != 2 or block_tables.shape[0] != context_lens.shape[0]:
@@ -59,8 +61,8 @@ def page_read(kv_cache: torch.Tensor, context_lens: torch.Tensor, block_tables: 
     batch = context_lens.shape[0]
     out = torch.empty(batch, triton.cdiv(max_model_len, tokens), dtype=torch.int32, device=kv_cache.device)
     _page_read_kernel[out.shape](kv_cache.view(torch.int32), context_lens, block_tables, out,
-                                 block_tables.stride(0), block_tables.shape[1], kv_cache.shape[0],
-                                 BLOCK_SIZE=kv_cache.shape[1], TOKENS=tokens, num_warps=num_warps)
+                                 block_tables.stride(0), block_tables.shape[1], num_blocks,
+                                 BLOCK_SIZE=block_size, TOKENS=tokens, num_warps=num_warps)
     return out
 
 
