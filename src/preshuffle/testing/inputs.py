@@ -18,22 +18,21 @@ HEAD_DIM = 128
 def scattered_block_tables(blocks_per_seq, num_blocks: int, width: int, generator: torch.Generator) -> torch.Tensor:
     """int32 ``[B, width]``: sequence b's ``blocks_per_seq[b]`` kernel blocks dealt in order from one random
     permutation of all ``num_blocks`` blocks, so pages are scattered and never shared; the rest of a row is 0."""
-    perm = torch.randperm(num_blocks, generator=generator).to(torch.int32)
-    tables = torch.zeros(len(blocks_per_seq), width, dtype=torch.int32)
-    used = 0
-    for b, n in enumerate(int(n) for n in blocks_per_seq):
-        tables[b, :n] = perm[used:used + n]
-        used += n
-    return tables
+    return _deal(torch.randperm(num_blocks, generator=generator).to(torch.int32), blocks_per_seq, width)
 
 
 def contiguous_block_tables(blocks_per_seq, width: int) -> torch.Tensor:
     """int32 ``[B, width]``: sequence b's kernel blocks consecutive, sequences one after another (a cache writer
     that keeps each sequence's pages together); the rest of a row is 0."""
+    return _deal(torch.arange(sum(int(n) for n in blocks_per_seq), dtype=torch.int32), blocks_per_seq, width)
+
+
+def _deal(ids: torch.Tensor, blocks_per_seq, width: int) -> torch.Tensor:
+    """Rows of ``width`` block ids: sequence b takes the next ``blocks_per_seq[b]`` of ``ids``, the rest is 0."""
     tables = torch.zeros(len(blocks_per_seq), width, dtype=torch.int32)
     used = 0
     for b, n in enumerate(int(n) for n in blocks_per_seq):
-        tables[b, :n] = torch.arange(used, used + n, dtype=torch.int32)
+        tables[b, :n] = ids[used:used + n]
         used += n
     return tables
 
