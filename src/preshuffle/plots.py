@@ -184,8 +184,13 @@ def decode_share_plot(contexts, shares: dict[str, list[float]], pr_share: float)
     return fig
 
 
+def _short(label: str) -> str:
+    """A shape's label as B/next_n/ctx, short enough for an axis."""
+    return label.replace(" next_n=", "/").replace(" ctx=", "/")
+
+
 def _shape_labels(rows: list[dict]) -> list[str]:
-    return [r["shape"].label.replace(" next_n=", "/").replace(" ctx=", "/") for r in rows]
+    return [_short(r["shape"].label) for r in rows]
 
 
 def cache_cost_plot(rows: list[dict]):
@@ -209,7 +214,7 @@ def page_read_plot(costs: list[dict]):
     target (1.5x)."""
     series = {"block 1, read alone": "block1_floor_ratio", "block 1, the kernel": "block1_kernel_ratio",
               "block 1 kept together, read alone": "block1-contiguous_floor_ratio"}
-    labels = [c["shape"].replace(" next_n=", "/").replace(" ctx=", "/") for c in costs]
+    labels = [_short(c["shape"]) for c in costs]
     fig = grouped_bars(labels, {name: [c[key] for c in costs] for name, key in series.items()},
                        "time / the same on block 64",
                        "One-token pages (B/next_n/ctx): the memory's price and the kernel's", hline=1.0)
