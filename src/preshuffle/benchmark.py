@@ -100,11 +100,13 @@ def host_parts(problem: PagedMQAProblem) -> dict:
     parts = {"call": timing.host_us(unchecked_call(problem)),
              "call_through_problem": timing.host_us(kernel_fn(problem, "fp8")),
              "call_with_out": timing.host_us(unchecked_call(problem, out))}
-    kept = _kept_for(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=problem.layout,
-                     precision="fp8")
+    def lookup():
+        return _kept_for(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=problem.layout,
+                         precision="fp8")
+
+    kept = lookup()
     if kept is not None:
-        parts["lookup"] = timing.host_us(lambda: _kept_for(q, kv_cache, weights, context_lens, block_tables,
-                                                           max_model_len, layout=problem.layout, precision="fp8"))
+        parts["lookup"] = timing.host_us(lookup)
         parts["alloc"] = timing.host_us(lambda: torch.empty_like(kept.output))
         parts["launch"] = timing.host_us(lambda: kept.launch(q.data_ptr(), weights.data_ptr(),
                                                              context_lens.data_ptr(), block_tables.data_ptr(),
