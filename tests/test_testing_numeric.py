@@ -7,7 +7,8 @@ from preshuffle.kernels import fp8_paged_mqa_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref
 from preshuffle.testing.inputs import random_problem
 from preshuffle.testing.numeric import (
-    RTOL, assert_bitwise_equal, bitwise_equal, calc_diff, check_logits, check_repeatable, check_unchecked_logits, compare_logits,
+    CALC_DIFF_MIN_LOGITS, RTOL, assert_bitwise_equal, bitwise_equal, calc_diff, check_logits, check_repeatable,
+    check_unchecked_logits, compare_logits, meets_contract,
 )
 
 
@@ -30,6 +31,22 @@ def test_calc_diff():
     x = torch.tensor([1.0, 2.0, -math.inf])
     assert calc_diff(x, x) == pytest.approx(0.0, abs=1e-15)
     assert calc_diff(x, -x.nan_to_num(neginf=0)) == pytest.approx(2.0)
+
+
+def test_the_fp8_contract_holds_calc_diff_to_outputs_of_a_chunk_of_logits():
+    """One logit that nearly cancels (1% of its sum of |terms|), off by 1.7e-5 of that sum: within the per-logit
+    clause, yet its calc_diff is about 1.4e-6. Alone it meets the fp8 contract; a chunk of such logits does not."""
+    magnitude = torch.full((1, CALC_DIFF_MIN_LOGITS), 100.0, dtype=torch.float64)
+    ref = torch.ones_like(magnitude)
+    out = ref + 1.7e-3
+    for n in (1, CALC_DIFF_MIN_LOGITS - 1):
+        verdict = compare_logits(out[:, :n], ref[:, :n], magnitude[:, :n])
+        assert verdict["max_rel_error"] == pytest.approx(1.7e-5) and verdict["calc_diff"] > 1e-6
+        assert meets_contract(verdict, "fp8") and not meets_contract(verdict, "exact")
+    verdict = compare_logits(out, ref, magnitude)
+    assert verdict["calc_diff"] > 1e-6 and not meets_contract(verdict, "fp8")
+    far = compare_logits(out[:, :1] + 0.2, ref[:, :1], magnitude[:, :1])  # 2.0e-3 of its terms: the per-logit clause
+    assert not meets_contract(far, "fp8")
 
 
 def test_check_logits_judges_a_kernel_output_against_the_reference():
