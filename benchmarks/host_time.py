@@ -8,9 +8,10 @@ same inputs.
 The benchmark's own host figures came out 1.5-1.9x this script's in 5 of 8 measurements (notes, part 9); the state
 after the eager timing was added after the run of results/h200-host-time.json, which did not pass through it. The
 script also times Triton's C launcher on a kernel of one pointer argument (``one_argument_launch``): the floor of
-any launch through it, most of it the driver's. Each row's ``profile`` (``testing.timing.host_profile``) times the
-call once more with what the host did meanwhile: the timed thread's share of the CPU, its preemptions and the
-other threads' CPU time."""
+any launch through it, most of it the driver's. Each row's ``profile`` (``testing.timing.host_profile``) is that of its
+``call`` measurement: what the host did meanwhile (the timed thread's share of the CPU, its preemptions, the other
+threads' CPU time, a fixed Python loop's time). results/h200-host-time.json (f438412) profiled its rows in
+a second measurement of the call."""
 
 import json
 import sys
@@ -21,7 +22,7 @@ import triton
 import triton.language as tl
 
 from preshuffle import deepgemm
-from preshuffle.benchmark import host_parts, kernel_fn, provenance, unchecked_call
+from preshuffle.benchmark import host_parts, kernel_fn, provenance
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import benchmark_problem
@@ -33,8 +34,8 @@ def parts(problems, state: str, repeats: int) -> list[dict]:
     rows = []
     for shape, problem in problems.items():
         for repeat in range(repeats):
-            row = {"shape": asdict(shape), "state": state, "repeat": repeat, "us": host_parts(problem),
-                   "profile": timing.host_profile(unchecked_call(problem))}
+            us, profile = host_parts(problem)
+            row = {"shape": asdict(shape), "state": state, "repeat": repeat, "us": us, "profile": profile}
             print(json.dumps(row), flush=True)
             rows.append(row)
     return rows

@@ -87,17 +87,19 @@ def unchecked_call(problem: PagedMQAProblem, out: torch.Tensor | None = None):
                                         layout=layout, precision="fp8", check_values=False, out=out)
 
 
-def host_parts(problem: PagedMQAProblem) -> dict:
+def host_parts(problem: PagedMQAProblem) -> tuple[dict, dict]:
     """Microseconds of host time of an unchecked fp8 call as a caller makes it (``call``, :func:`unchecked_call`),
     of the same call through :meth:`PagedMQAProblem.call` (``call_through_problem``, what :func:`kernel_fn` times:
     the problem's argument tuple and keywords cost 0.5-0.8 us on the H200's host), of the call writing into a given
     ``out`` (``call_with_out``), and, where a launch is kept for it (the Hopper kernel; the portable one launches
     through Triton's JIT every call), of its parts alone: finding the kept launch (``lookup``: its key and its guard
     over the tensors), allocating the output as the call does (``alloc``) and the launch itself (``launch``: the
-    tensors' addresses, the preset launch and the driver)."""
+    tensors' addresses, the preset launch and the driver); and the profile of the ``call`` measurement
+    (:func:`~preshuffle.testing.timing.host_profile`: what the host did meanwhile)."""
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
     out = kernel_fn(problem, "fp8")()
-    parts = {"call": timing.host_us(unchecked_call(problem)),
+    profile = timing.host_profile(unchecked_call(problem))
+    parts = {"call": profile["us"],
              "call_through_problem": timing.host_us(kernel_fn(problem, "fp8")),
              "call_with_out": timing.host_us(unchecked_call(problem, out))}
     def lookup():
@@ -111,7 +113,7 @@ def host_parts(problem: PagedMQAProblem) -> dict:
         parts["launch"] = timing.host_us(lambda: kept.launch(q.data_ptr(), weights.data_ptr(),
                                                              context_lens.data_ptr(), block_tables.data_ptr(),
                                                              out.data_ptr()))
-    return parts
+    return parts, profile
 
 
 def torch_fn(problem: PagedMQAProblem):
@@ -241,10 +243,9 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                                                   precision="fp8", copy_bytes_per_s=ceiling, masked=True))
             if shape in HOST_SHAPES:
                 fn = kernel_fn(problem, "fp8")
-                parts = host_parts(problem)
-                # What else the host did while the call was timed once more: a slow host or a slow call.
+                parts, profile = host_parts(problem)  # the profile tells a slow host from a slow call
                 record["host_us"].append({"shape": asdict(shape), "kernel": kernel, "us": parts.pop("call"),
-                                          "parts": parts, "profile": timing.host_profile(unchecked_call(problem))})
+                                          "parts": parts, "profile": profile})
                 add(shape, name, kernel=kernel, precision="fp8", timing="graph-clean-l2", rule=True,
                     **measure(fn, problem, reference, precision="fp8", copy_bytes_per_s=ceiling, clean_l2=True))
                 if dg is not None and deepgemm.refusal(problem) is None:
