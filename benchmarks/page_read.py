@@ -14,7 +14,7 @@ import sys
 import torch
 
 from preshuffle.benchmark import kernel_fn, measure, provenance
-from preshuffle.kernels.page_read import page_read
+from preshuffle.kernels.page_read import page_read, xor_fold
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing
@@ -30,11 +30,7 @@ def fold(words: torch.Tensor, per: int) -> torch.Tensor:
     """XOR of every ``per`` consecutive words of each row (zeros past its end)."""
     padded = torch.zeros(words.shape[0], -(-words.shape[1] // per) * per, dtype=words.dtype, device=words.device)
     padded[:, :words.shape[1]] = words
-    groups = padded.view(words.shape[0], -1, per)
-    out = groups[..., 0]
-    for k in range(1, per):
-        out = out ^ groups[..., k]
-    return out
+    return xor_fold(padded.view(words.shape[0], -1, per))
 
 
 def floor(problem) -> dict:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from preshuffle import benchmark, device
-from preshuffle.kernels.page_read import page_read, page_read_reference
+from preshuffle.kernels.page_read import page_read, page_read_reference, xor_fold
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import contiguous_block_tables, random_problem
@@ -86,6 +86,13 @@ def test_page_read_script_records_floor_and_kernel_on_every_cache(load_benchmark
         assert set(r["floor_all_us"]) == {f"{t}x{w}" for t, w in script.LAUNCHES}
         assert r["page_bytes"] % 132 == 0 and r["page_bytes"] > 0
     assert json.loads((tmp_path / "page-read.json").read_text())["rows"] == record["rows"]
+
+
+def test_xor_fold_xors_the_last_dimension_sign_bit_included():
+    words = torch.tensor([[-1, 1, 2, 2**30], [7, 3, 5, 9]], dtype=torch.int32)
+    assert xor_fold(words).tolist() == [-1 ^ 1 ^ 2 ^ 2**30, 7 ^ 3 ^ 5 ^ 9]
+    assert xor_fold(words[:, :3]).tolist() == [-1 ^ 1 ^ 2, 7 ^ 3 ^ 5]  # an odd length
+    assert xor_fold(words[:, :0]).tolist() == [0, 0]
 
 
 def test_fold_xors_runs_of_words(load_benchmark):

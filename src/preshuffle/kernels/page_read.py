@@ -83,11 +83,17 @@ def page_read_reference(kv_cache: torch.Tensor, context_lens: torch.Tensor, bloc
                            pages[ids, block_size * 32 + t][:, None]], dim=1) * valid[:, None]   # [n, 33]
         padded = torch.zeros(triton.cdiv(n, tokens) * tokens, WORDS_PER_TOKEN, dtype=torch.int32)
         padded[:n] = words
-        out[b, :padded.shape[0] // tokens] = _xor(padded.reshape(-1, tokens * WORDS_PER_TOKEN))
+        out[b, :padded.shape[0] // tokens] = xor_fold(padded.reshape(-1, tokens * WORDS_PER_TOKEN))
     return out.to(kv_cache.device)
 
 
-def _xor(words: torch.Tensor) -> torch.Tensor:
-    """XOR of each row of int32 ``words``: every bit's parity, bit 31 read as the sign."""
-    parity = ((words.long()[..., None] >> torch.arange(32)) & 1).sum(dim=-2) % 2
-    return ((parity << torch.arange(32)).sum(dim=-1) - (parity[..., 31] << 32)).to(torch.int32)
+def xor_fold(words: torch.Tensor) -> torch.Tensor:
+    """XOR over the last dimension of integer ``words``, on their device (0 for an empty one): halves XORed
+    pairwise, an odd one out paired with zero."""
+    if words.shape[-1] == 0:
+        return words.new_zeros(words.shape[:-1])
+    while words.shape[-1] > 1:
+        if words.shape[-1] % 2:
+            words = torch.cat([words, words.new_zeros(*words.shape[:-1], 1)], dim=-1)
+        words = words[..., 0::2] ^ words[..., 1::2]
+    return words[..., 0]
