@@ -8,12 +8,13 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   scales. A 3-D descriptor ``[num_blocks, B, 128]`` with a page stride of ``B*132`` bytes lets one copy fetch
   the ``min(B, 64)`` rows of a chunk (a 16-token page is 4 copies), and a 2-D fp32 descriptor fetches the
   scales. A block id past the table, the context or the cache becomes -1 or stays out of range: TMA reads such a
-  box as zeros, so no input makes the kernel read outside the cache.
+  box as zeros (values) and NaN (scales, the descriptor's padding), so no input makes the kernel read outside the
+  cache, and the NaN scales make that page's logits NaN (the contract) without the math loading any block id.
 * **A gather where TMA cannot go.** A descriptor's strides must be multiples of 16 bytes, and a page of ``B*132``
   bytes is one only when 16 divides B. Other pages (block 1, what vLLM negotiates without a kernel that takes
   ``MultipleOf(16)``) are gathered by a loader warpgroup: each thread copies 4 bytes of 16 keys a chunk with
   cp.async (the rows are 4-byte aligned), and each thread's copies arrive on the stage's barrier when they land.
-  An invalid block id copies nothing.
+  An invalid block id copies nothing; the math, which loads the block ids a chunk ahead, marks its logits NaN.
 * **The pipeline.** The loader waits for a free stage, posts the bytes it expects on the stage's barrier and
   issues the copies; the math warpgroup waits on the barrier and hands the stage back when its MMA is done.
   Block ids come 32 at a time, one group ahead.
@@ -232,8 +233,9 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
         visible = gl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)
     else:
         visible = kv_len - NEXT_N + js + 1
-    ok = gl.convert_layout(page_ok, gl.SliceLayout(1, lay))[:, None]
-    logits = gl.where(pos[:, None] < visible[None, :], gl.where(ok, logits, float("nan")), float("-inf"))
+    if page_ok is not None:  # gathered pages; TMA's pages bring NaN scales for invalid block ids
+        logits = gl.where(gl.convert_layout(page_ok, gl.SliceLayout(1, lay))[:, None], logits, float("nan"))
+    logits = gl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
     ptrs = out_ptr + (b * NEXT_N + js).to(gl.int64)[None, :] * out_stride + pos[:, None]
     gl.store(ptrs, logits, mask=(pos < end)[:, None] & (js < NEXT_N)[None, :])
 
@@ -292,12 +294,15 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
     tok = gl.arange(0, _CHUNK, layout=rows)
     zero = gl.zeros([_CHUNK, N], gl.float32, layout=mma)
     bt_row = bt_ptr + b * bt_stride
-    ids = _position_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE)
+    if GATHER:
+        ids = _position_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE)
     for i in range(n_read):
         s = i % STAGES
         first = start + i * _CHUNK
-        page_ok = (ids >= 0) & (ids < num_blocks)
-        ids = _position_ids(bt_row, first + _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE)  # a chunk ahead
+        page_ok = None
+        if GATHER:  # an invalid block id copies nothing: the math marks its positions
+            page_ok = (ids >= 0) & (ids < num_blocks)
+            ids = _position_ids(bt_row, first + _CHUNK + tok, kv_len, bt_width, BLOCK_SIZE)  # a chunk ahead
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         if GATHER:  # cp.async wrote the stage through the generic proxy; WGMMA reads it through the async one
             fence_async_shared()
@@ -415,10 +420,11 @@ def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, 
     kv_layout = gl.NVMMASharedLayout(swizzle_byte_width=0 if layout == "shuffle" else 128, element_bitwidth=8, rank=3)
     values = TensorDescriptor(kv_cache.view(torch.float8_e4m3fn), [num_blocks, block_size, HEAD_DIM],
                               [page_bytes, HEAD_DIM, 1], [1, tok, HEAD_DIM], kv_layout)
-    # Scales: tok words at column block_size*32 + t0 of the page's row of words, copied into 128-byte slots; a box
-    # reaching past the row reads zeros.
+    # Scales: tok words at column block_size*32 + t0 of the page's row of words, copied into 128-byte slots. A box
+    # outside the cache (an invalid block id) reads NaN, which makes its logits NaN: the math needs no block ids.
     scales = TensorDescriptor(kv_cache.view(torch.float32), [num_blocks, page_bytes // 4], [page_bytes // 4, 1],
-                              [1, max(tok, 32)], gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32))
+                              [1, max(tok, 32)], gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32),
+                              padding="nan")
     return values, scales
 
 
