@@ -109,10 +109,9 @@ def host_parts(problem: PagedMQAProblem) -> tuple[dict, dict]:
     kept = lookup()
     if kept is not None:
         parts["lookup"] = timing.host_us(lookup)
-        parts["alloc"] = timing.host_us(lambda: torch.empty_like(kept.output))
-        parts["launch"] = timing.host_us(lambda: kept.launch(q.data_ptr(), weights.data_ptr(),
-                                                             context_lens.data_ptr(), block_tables.data_ptr(),
-                                                             out.data_ptr()))
+        parts["alloc"] = timing.host_us(kept.new_output)
+        parts["launch"] = timing.host_us(lambda: kept.launch(*kept.addresses(q, weights, context_lens, block_tables,
+                                                                             out)))
     return parts, profile
 
 

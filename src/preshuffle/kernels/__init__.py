@@ -49,12 +49,15 @@ class _Kept:
     def __call__(self, q, weights, context_lens, block_tables, out) -> torch.Tensor | None:
         """Launch for a call whose tensors passed the guard and return its output, or None where an address is off
         the 16-byte grid (the call then takes the checked path)."""
-        out = torch.empty_like(self.output) if out is None else output_tensor(out, self.output.shape, q.device)
+        out = self.new_output() if out is None else output_tensor(out, self.output.shape, q.device)
         addresses = self.addresses(q, weights, context_lens, block_tables, out)
         if addresses is None:
             return None
         self.launch(*addresses)
         return out
+
+    def new_output(self) -> torch.Tensor:
+        return torch.empty_like(self.output)
 
     @staticmethod
     def addresses(q, weights, context_lens, block_tables, out) -> tuple[int, ...] | None:
