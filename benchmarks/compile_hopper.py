@@ -30,7 +30,8 @@ def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=N
     compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config)
     ops = sass.instruction_counts(compiled)
     return {"variant": [next_n, block_size, layout, exact, row_warpgroups], **sass.resources(compiled),
-            "gmma": ops["HGMMA"] + ops["QGMMA"], "lds": ops["LDS"], "ldsm": ops["LDSM"], "tma": ops["UTMALDG"],
+            "gmma": ops["HGMMA"] + ops["QGMMA"], "lds": ops["LDS"], "sts": ops["STS"], "bar": ops["BAR"],
+            "ldsm": ops["LDSM"], "tma": ops["UTMALDG"],
             "cp_async": ops["LDGSTS"]}
 
 

@@ -234,6 +234,13 @@ def test_every_path_compiles_for_sm90a_within_its_register_budget():
         assert r["registers"] <= launch.hopper_maxnreg(next_n, exact, row_warpgroups), r
         assert r["warps"] == 4 * (next_n if row_warpgroups else 1) + 4, r
         assert r["gmma"] > 0, r  # the MMAs are warpgroup MMAs (HGMMA/QGMMA), not a fallback
+    # 16-token pages' scales are read in the accumulator rows' own layout: no more shared-memory traffic or barriers
+    # than 64-token pages, whose scales come in one slot.
+    built = {tuple(r["variant"]): r for r in variants}
+    for sixteen, sixty_four in (((1, 16, "normal", False, False), (1, 64, "normal", False, False)),
+                                ((2, 16, "shuffle", False, False), (2, 64, "normal", False, False))):
+        assert [built[sixteen][k] for k in ("bar", "lds", "sts")] == \
+            [built[sixty_four][k] for k in ("bar", "lds", "sts")], (sixteen, built[sixteen], built[sixty_four])
 
 
 def test_the_gather_and_exact_rules_are_within_5_percent_of_the_committed_sweeps_fastest(monkeypatch):

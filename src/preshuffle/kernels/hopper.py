@@ -47,6 +47,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import constexpr_function
 
 from .launch import CHUNK, HopperConfig, gathers, hopper_loader_regs, hopper_registers, math_warpgroups
 from .preset_launch import preset
@@ -181,16 +182,27 @@ def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
         async_copy.mbarrier_arrive(ready.index(s), increment_count=False)
 
 
+@constexpr_function
+def _copy_rows(tok):
+    """The layout of a chunk's scales as [copies, tok] (copy c, token t: chunk position c*tok + t) whose threads
+    hold the positions WGMMA's accumulator rows give them: position bits 0-2 are lane bits 2-4, bit 3 a register,
+    bits 4-5 the warp (lane bits 0-1 hold the same rows)."""
+    def at(p):
+        return [p // tok, 0] if p >= tok else [0, p]
+    return gl.DistributedLinearLayout(reg_bases=[at(8)], lane_bases=[[0, 0], [0, 0], at(1), at(2), at(4)],
+                                      warp_bases=[at(16), at(32)], block_bases=[], shape=[CHUNK // tok, tok])
+
+
 @gluon.jit
-def _scales(sc_smem, s, rows: gl.constexpr, TOK: gl.constexpr, num_warps: gl.constexpr):
-    """The chunk's 64 scales from stage s: one slot, or TOK at the head of each copy's 128-byte slot (TMA's
-    alignment in shared memory)."""
+def _scales(sc_smem, s, rows: gl.constexpr, TOK: gl.constexpr):
+    """The chunk's 64 scales from stage s, in the accumulator rows' layout: one slot, or TOK at the head of each
+    copy's 128-byte slot (TMA's alignment in shared memory), read in :func:`_copy_rows`'s layout, so that no scale
+    passes between threads: the conversion below compiles to nothing."""
     if TOK == _CHUNK:
         return sc_smem.index(s)._reinterpret(gl.float32, [_CHUNK], gl.SwizzledSharedLayout(1, 1, 1, [0])).load(rows)
     else:
-        lay: gl.constexpr = gl.BlockedLayout([1, 1], [32 // TOK if TOK < 32 else 1, TOK if TOK < 32 else 32],
-                                             [num_warps, 1], [1, 0])
-        return gl.convert_layout(gl.reshape(sc_smem.index(s).slice(0, TOK, dim=1).load(lay), [_CHUNK]), rows)
+        copies = sc_smem.index(s).slice(0, TOK, dim=1).load(_copy_rows(TOK))
+        return gl.convert_layout(gl.reshape(copies, [_CHUNK]), rows)
 
 
 @gluon.jit
@@ -306,7 +318,7 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
         if GATHER:  # cp.async wrote the stage through the generic proxy; WGMMA reads it through the async one
             fence_async_shared()
-        scale = _scales(sc_smem, s, rows, TOK, num_warps)
+        scale = _scales(sc_smem, s, rows, TOK)
         a = _keys(kv_smem.index(s), a8, a16, SHUFFLED, EXACT)
         for g in gl.static_range(NG):
             acc = warpgroup_mma(a, q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False, is_async=True)
