@@ -14,7 +14,7 @@ import sys
 import torch
 
 from preshuffle.benchmark import kernel_fn, measure, provenance
-from preshuffle.kernels.page_read import page_read, xor_fold
+from preshuffle.kernels.page_read import page_read, xor_groups
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing
@@ -24,13 +24,6 @@ SHAPES = (Shape(64, 1, 8192), Shape(256, 1, 8192), Shape(4096, 1, 8192), Shape(1
           Shape(8, 1, 65536), Shape(1, 1, 131072))
 CACHES = {"block64-normal": 64, "block16-normal": 16, "block1": 1, "block1-contiguous": 1}
 LAUNCHES = ((64, 4), (256, 4), (256, 8), (1024, 8))  # (tokens a program, warps)
-
-
-def fold(words: torch.Tensor, per: int) -> torch.Tensor:
-    """XOR of every ``per`` consecutive words of each row (zeros past its end)."""
-    padded = torch.zeros(words.shape[0], -(-words.shape[1] // per) * per, dtype=words.dtype, device=words.device)
-    padded[:, :words.shape[1]] = words
-    return xor_fold(padded.view(words.shape[0], -1, per))
 
 
 def floor(problem) -> dict:
@@ -44,7 +37,7 @@ def floor(problem) -> dict:
         words[tokens] = fn()
         times[(tokens, warps)] = 1e3 * timing.time_ms(fn)
     for tokens, w in words.items():
-        assert torch.equal(fold(w, 1024 // tokens), words[1024]), f"{tokens} positions a program disagree"
+        assert torch.equal(xor_groups(w, 1024 // tokens), words[1024]), f"{tokens} positions a program disagree"
     (tokens, warps), us = min(times.items(), key=lambda kv: kv[1])
     return {"floor_us": us, "floor_tokens": tokens, "floor_warps": warps,
             "floor_all_us": {f"{t}x{w}": v for (t, w), v in times.items()}}

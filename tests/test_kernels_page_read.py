@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from preshuffle import benchmark, device
-from preshuffle.kernels.page_read import page_read, page_read_reference, xor_fold
+from preshuffle.kernels.page_read import page_read, page_read_reference, xor_fold, xor_groups
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import contiguous_block_tables, random_problem
@@ -95,7 +95,7 @@ def test_xor_fold_xors_the_last_dimension_sign_bit_included():
     assert xor_fold(words[:, :0]).tolist() == [0, 0]
 
 
-def test_fold_xors_runs_of_words(load_benchmark):
-    fold = load_benchmark("page_read").fold
+def test_xor_groups_xor_runs_of_words():
     words = torch.tensor([[1, 2, 4, 8, 16]], dtype=torch.int32)
-    assert fold(words, 2).tolist() == [[3, 12, 16]] and fold(words, 8).tolist() == [[31]]
+    assert xor_groups(words, 2).tolist() == [[3, 12, 16]] and xor_groups(words, 8).tolist() == [[31]]
+    assert xor_groups(words[0, :0], 4).tolist() == []  # nothing read: no group

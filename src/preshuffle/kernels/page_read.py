@@ -81,10 +81,14 @@ def page_read_reference(kv_cache: torch.Tensor, context_lens: torch.Tensor, bloc
         ids = torch.where(valid, ids, 0)
         words = torch.cat([pages[ids[:, None], t[:, None] * 32 + torch.arange(32)[None, :]],
                            pages[ids, block_size * 32 + t][:, None]], dim=1) * valid[:, None]   # [n, 33]
-        padded = torch.zeros(triton.cdiv(n, tokens) * tokens, WORDS_PER_TOKEN, dtype=torch.int32)
-        padded[:n] = words
-        out[b, :padded.shape[0] // tokens] = xor_fold(padded.reshape(-1, tokens * WORDS_PER_TOKEN))
+        out[b, :triton.cdiv(n, tokens)] = xor_groups(words.reshape(-1), tokens * WORDS_PER_TOKEN)
     return out.to(kv_cache.device)
+
+
+def xor_groups(words: torch.Tensor, per: int) -> torch.Tensor:
+    """XOR of every ``per`` consecutive words along the last dimension (zeros past its end)."""
+    padded = torch.nn.functional.pad(words, (0, -words.shape[-1] % per))
+    return xor_fold(padded.unflatten(-1, (-1, per)))
 
 
 def xor_fold(words: torch.Tensor) -> torch.Tensor:
