@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from preshuffle.contract import check_inputs, unreadable_positions
+from preshuffle.contract import check_inputs, output_tensor, unreadable_positions
 from preshuffle.device import memory_bytes
 from preshuffle.testing.inputs import random_problem
 
@@ -40,6 +40,22 @@ def test_check_inputs_refuses_no_query_rows(args):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = args
     with pytest.raises(ValueError, match=r"q must have next_n >= 1, got \[2, 0, 16, 128\]"):
         check_inputs(q[:, :0], kv_cache, weights[:0], context_lens, block_tables, max_model_len)
+
+
+@pytest.mark.parametrize("out, exc, message", [
+    ([[0.0] * 3] * 2, TypeError, "out must be a float32 tensor, got list"),
+    (torch.zeros(2, 3, dtype=torch.float64), TypeError, "out must be a float32 tensor, got torch.float64"),
+    (torch.zeros(3, 2), ValueError, r"out must be a contiguous float32 tensor of shape \[2, 3\] on cpu, got \[3, 2\]"),
+    (torch.zeros(3, 2).t(), ValueError, r"got \[2, 3\] on cpu, not contiguous"),
+])
+def test_output_tensor_refuses_a_bad_out(out, exc, message):
+    with pytest.raises(exc, match=message):
+        output_tensor(out, (2, 3), torch.device("cpu"))
+
+
+def test_output_tensor_takes_a_matching_out():
+    out = torch.zeros(2, 3)
+    assert output_tensor(out, (2, 3), torch.device("cpu")) is out
 
 
 def test_unreadable_positions_by_hand():

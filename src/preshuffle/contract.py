@@ -94,9 +94,11 @@ def output_tensor(out: torch.Tensor | None, shape: tuple[int, int], dev: torch.d
     """The tensor a kernel writes its ``shape`` logits into: ``out`` once checked, else a new one."""
     if out is None:  # sizes as separate ints: half the host time of a tuple on the H200's host (notes, part 9)
         return torch.empty(*shape, dtype=torch.float32, device=dev)
-    if out.dtype != torch.float32 or tuple(out.shape) != shape or not out.is_contiguous() or out.device != dev:
+    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
+        raise TypeError(f"out must be a float32 tensor, got {getattr(out, 'dtype', type(out).__name__)}")
+    if tuple(out.shape) != shape or not out.is_contiguous() or out.device != dev:
         raise ValueError(f"out must be a contiguous float32 tensor of shape {list(shape)} on {dev}, got "
-                         f"{out.dtype} {list(out.shape)} on {out.device}")
+                         f"{list(out.shape)} on {out.device}{'' if out.is_contiguous() else ', not contiguous'}")
     if out.requires_grad:  # the kernel writes behind autograd's back: its graph would hold stale values
         raise ValueError("out must not require grad (the kernel's write is not recorded by autograd)")
     return out
