@@ -204,6 +204,7 @@ def test_allocate_k_cache_takes_numpy_ints():
     (dict(block_size=True), TypeError, "block_size must be a positive int, got bool True"),
     (dict(head_dim=100), ValueError, "head_dim must be a multiple of 16, got 100"),
     (dict(device="nonsense"), ValueError, "device must name a torch device, got 'nonsense'"),
+    (dict(device="cuda:64"), ValueError, "device must be a device this torch can allocate on, got 'cuda:64'"),
     (dict(num_blocks=2**40), ValueError, f"a cache of {2**40} blocks of 16 tokens .* cannot be allocated on cpu"),
     (dict(num_blocks=2**62), ValueError, "cannot be allocated on cpu"),
 ])

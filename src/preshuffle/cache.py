@@ -72,16 +72,20 @@ def allocate_k_cache(num_blocks: int, block_size: int, head_dim: int = 128, devi
     if head_dim % 16:
         raise ValueError(f"head_dim must be a multiple of 16, got {head_dim}")
     try:
-        device = torch.device(device) if device is not None else torch.get_default_device()
+        dev = torch.device(device) if device is not None else torch.get_default_device()
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device must name a torch device, got {device!r}") from exc
+    try:  # torch raises AssertionError for a backend it was built without, RuntimeError for a missing device
+        torch.empty(1, dtype=torch.uint8, device=dev)
+    except (AssertionError, RuntimeError) as exc:
+        raise ValueError(f"device must be a device this torch can allocate on, got {device!r}: {exc}") from exc
     shape = (num_blocks, block_size, 1, head_dim + SCALE_BYTES)
     try:
-        return torch.zeros(shape, dtype=torch.uint8, device=device)
+        return torch.zeros(shape, dtype=torch.uint8, device=dev)
     except RuntimeError as exc:  # too large for the device, or for a size in int64
         raise ValueError(f"a cache of {num_blocks} blocks of {block_size} tokens "
                          f"({num_blocks * block_size * (head_dim + SCALE_BYTES)} bytes) cannot be allocated on "
-                         f"{device}: {exc}") from exc
+                         f"{dev}: {exc}") from exc
 
 
 def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
