@@ -270,3 +270,9 @@ def test_slot_mapping_bad_arguments():
     with pytest.raises(ValueError, match="block_table holds block id -1 at index 1, which position 17 reads"):
         neg.slot_mapping([1, -1], [3, 17], 16)
     assert neg.slot_mapping([1, -1], [3], 16).tolist() == [19]  # an unread entry may hold padding
+
+
+@pytest.mark.parametrize("table", [[[0, 1], [2, 3]], 5])
+def test_slot_mapping_refuses_a_table_that_is_not_one_sequences(table):
+    with pytest.raises(ValueError, match=r"block_table must be one sequence's 1-D table \[max_blocks\], got shape"):
+        neg.slot_mapping(table, [2, 3], 1)

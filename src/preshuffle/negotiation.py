@@ -271,9 +271,12 @@ def map_to_kernel_blocks(ids, blocks_per_kv_block: int) -> np.ndarray:
 
 
 def slot_mapping(block_table, positions, block_size: int) -> np.ndarray:
-    """Physical slot of each token position: ``table[p // block_size] * block_size + p % block_size``."""
+    """Physical slot of each token position of one sequence, whose block table is 1-D ``[max_blocks]``:
+    ``table[p // block_size] * block_size + p % block_size``."""
     block_size = positive_int(block_size, "block_size")
-    table = _integers(block_table, "block_table").reshape(-1)
+    table = _integers(block_table, "block_table")
+    if table.ndim != 1:
+        raise ValueError(f"block_table must be one sequence's 1-D table [max_blocks], got shape {list(table.shape)}")
     positions = _integers(positions, "positions")
     if (positions < 0).any():
         raise ValueError("positions must be non-negative")
