@@ -102,6 +102,7 @@ def test_write_k_cache_bad_writes_change_nothing():
         (dict(slot_mapping=torch.tensor([0.0, 1.0])), TypeError, "slot_mapping must be an int32/int64 tensor"),
         (dict(slot_mapping=torch.tensor([0])), ValueError, r"slot_mapping must be \[2\]"),
         (dict(k=torch.randn(2, 64)), ValueError, r"k must be \[num_tokens, 128\]"),
+        (dict(k=torch.randn(2, 128).tolist()), TypeError, r"k must be a tensor \[num_tokens, 128\], got list"),
         (dict(k=torch.randn(2, 128).to(torch.float64)), TypeError, "k must be bfloat16, float16 or float32"),
         (dict(scale_fmt="e8m0"), ValueError, "scale_fmt must be one of"),
         (dict(kv_cache=cache.view(torch.int8)), TypeError, "kv_cache must be a uint8 tensor"),
@@ -178,6 +179,15 @@ def test_write_k_cache_skips_non_finite_keys_it_does_not_write():
     assert torch.equal(scales, expected_scales)
 
 
+@pytest.mark.parametrize("k, exc, message", [
+    (torch.randn(2, 128).tolist(), TypeError, r"k must be a tensor \[num_tokens, head_dim\], got list"),
+    (torch.randn(2, 1, 128), ValueError, r"k must be 2-D \[num_tokens, head_dim\], got \[2, 1, 128\]"),
+])
+def test_quantize_k_bad_keys(k, exc, message):
+    with pytest.raises(exc, match=message):
+        quantize_k(k)
+
+
 def test_quantize_k_refuses_non_finite_keys():
     k = torch.randn(3, 128, dtype=torch.bfloat16)
     k[1, 0] = float("inf")
@@ -252,6 +262,10 @@ def test_sequence_slots_bad_arguments():
         sequence_slots(table, 40, 16)
     with pytest.raises(TypeError, match="block_table must be an int32/int64 tensor, got torch.float32"):
         sequence_slots(table.float(), 3, 16)
+    with pytest.raises(TypeError, match="block_table must be an int32/int64 tensor, got list"):
+        sequence_slots([3, 1], 3, 16)
+    with pytest.raises(ValueError, match=r"block_table must be a 1-D tensor of kernel block ids, got shape \[1, 2\]"):
+        sequence_slots(table.unsqueeze(0), 3, 16)
     # A negative id would turn into slot -1, which the writer reads as "skip this token".
     with pytest.raises(ValueError, match="block_table holds block id -1 at index 1"):
         sequence_slots(torch.tensor([0, -1]), 2, 1)

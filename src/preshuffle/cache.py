@@ -28,8 +28,10 @@ def fp8_max(fp8_dtype: torch.dtype) -> float:
 
 
 def _check_keys(k) -> None:
-    if not isinstance(k, torch.Tensor) or k.dim() != 2:
-        raise TypeError(f"k must be a 2-D tensor [num_tokens, head_dim], got {getattr(k, 'shape', type(k))}")
+    if not isinstance(k, torch.Tensor):
+        raise TypeError(f"k must be a tensor [num_tokens, head_dim], got {type(k).__name__}")
+    if k.dim() != 2:
+        raise ValueError(f"k must be 2-D [num_tokens, head_dim], got {list(k.shape)}")
     if k.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise TypeError(f"k must be bfloat16, float16 or float32, got {k.dtype}")
     if k.device.type == "meta":
@@ -136,9 +138,10 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
     check_layout(layout)
     if layout == "shuffle":
         check_shuffle_geometry(block_size, head_dim)
-    if not isinstance(k, torch.Tensor) or k.dim() != 2 or k.shape[1] != head_dim:
-        raise ValueError(f"k must be [num_tokens, {head_dim}] to match the cache, got "
-                         f"{list(getattr(k, 'shape', []))}")
+    if not isinstance(k, torch.Tensor):
+        raise TypeError(f"k must be a tensor [num_tokens, {head_dim}], got {type(k).__name__}")
+    if k.dim() != 2 or k.shape[1] != head_dim:
+        raise ValueError(f"k must be [num_tokens, {head_dim}] to match the cache, got {list(k.shape)}")
     if k.device != kv_cache.device:
         raise ValueError(f"k is on {k.device} but kv_cache is on {kv_cache.device}: pass k on {kv_cache.device}")
     _check_keys(k)
@@ -198,9 +201,9 @@ def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) 
     The block ids those positions read must be non-negative; the table's tail past them may hold anything."""
     block_size = positive_int(block_size, "block_size")
     num_tokens = non_negative_int(num_tokens, "num_tokens")
-    if not isinstance(block_table, torch.Tensor) or block_table.dim() != 1:
-        raise ValueError("block_table must be a 1-D tensor of kernel block ids")
     _check_index_tensor(block_table, "block_table")
+    if block_table.dim() != 1:
+        raise ValueError(f"block_table must be a 1-D tensor of kernel block ids, got shape {list(block_table.shape)}")
     if num_tokens > block_table.numel() * block_size:
         raise ValueError(f"num_tokens {num_tokens} is beyond the block table's "
                          f"{block_table.numel()} blocks of {block_size}")
