@@ -58,9 +58,6 @@ class Platform:
     def is_rocm(self) -> bool:
         return self.name == "rocm"
 
-    def is_cuda(self) -> bool:
-        return self.name == "cuda"
-
     def __repr__(self) -> str:
         return f"Platform({self.name!r})"
 
@@ -131,35 +128,6 @@ class FlashMLASparseBackend(AttentionBackend):
     @staticmethod
     def get_supported_kernel_block_sizes() -> list:
         return [64]
-
-
-def _fixed(name: str, sizes: list) -> type:
-    return type(name, (AttentionBackend,), {"get_supported_kernel_block_sizes": staticmethod(lambda: list(sizes))})
-
-
-FlashAttentionBackend = _fixed("FlashAttentionBackend", [MultipleOf(16)])
-FlashInferBackend = _fixed("FlashInferBackend", [16, 32, 64])
-FlashMLABackend = _fixed("FlashMLABackend", [64])
-FlashInferMLABackend = _fixed("FlashInferMLABackend", [32, 64])
-CutlassMLABackend = _fixed("CutlassMLABackend", [128])
-TritonMLABackend = _fixed("TritonMLABackend", [MultipleOf(16)])
-AiterMLABackend = _fixed("AiterMLABackend", [1])
-
-BACKENDS = {
-    cls.__name__: cls
-    for cls in (
-        DeepseekV32IndexerBackend,
-        ROCMAiterMLASparseBackend,
-        FlashMLASparseBackend,
-        FlashAttentionBackend,
-        FlashInferBackend,
-        FlashMLABackend,
-        FlashInferMLABackend,
-        CutlassMLABackend,
-        TritonMLABackend,
-        AiterMLABackend,
-    )
-}
 
 
 def sparse_mla_group(*, before_pr: bool = False) -> list[type]:
@@ -351,10 +319,6 @@ class Negotiation:
         if self.kernel_block_size is None:
             return None
         return self.manager_block_size // self.kernel_block_size
-
-    @property
-    def negotiates_but_rejected(self) -> bool:
-        return self.kernel is not None and not self.kernel.accepted
 
 
 def negotiate(manager_block_size: int, platform: str = "rocm", *, before_pr: bool = False) -> Negotiation:

@@ -140,21 +140,6 @@ def valid_region_plot(logits: torch.Tensor, next_n: int, title: str = "visible (
     return fig
 
 
-def roofline_plot(points: list[dict], copy_tb_s: float, tensor_tflops: float, title: str):
-    """Achieved TFLOP/s against arithmetic intensity, under the copy ceiling and the fp16 MMA peak."""
-    fig, ax = plt.subplots(figsize=WIDE)
-    intensity = np.logspace(1, 3, 200)
-    ax.loglog(intensity, np.minimum(intensity * copy_tb_s, tensor_tflops), "k-", label="roofline (copy, fp16 MMA)")
-    for p in points:
-        ax.scatter(p["intensity"], p["tflop_per_s"], marker=p.get("marker", "o"), label=p["label"], zorder=3)
-    ax.set_xlabel("flop per byte moved")
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title(title)
-    ax.legend(fontsize=7, ncol=2, loc="lower right")
-    fig.tight_layout()
-    return fig
-
-
 def grouped_bars(groups: list[str], series: dict[str, list[float]], ylabel: str, title: str, hline=None):
     """One group of bars per shape, one bar per series."""
     fig, ax = plt.subplots(figsize=WIDE)

@@ -11,7 +11,6 @@ import ipywidgets as widgets
 from IPython.display import Image, display
 
 from . import benchmark, device, plots, report
-from .kernels import fp8_paged_mqa_logits
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
 from .plots import CACHE_LINE

@@ -77,12 +77,6 @@ def _contexts(shape: Shape, g: torch.Generator) -> torch.Tensor:
     return torch.randint(lo, hi + 1, (shape.batch,), generator=g, dtype=torch.int64).clamp(min=shape.next_n)
 
 
-def benchmark_max_model_len(shape: Shape, seed: int = 0) -> int:
-    """The ``max_model_len`` of :func:`benchmark_problem` (its longest context), without building the problem: what
-    a launch rule is given for that shape."""
-    return int(_contexts(shape, torch.Generator(device="cpu").manual_seed(seed)).max())
-
-
 def benchmark_problem(shape: Shape, block_size: int, layout: str = "normal", *, heads: int = HEADS, seed: int = 0,
                       device_name: str | None = None) -> PagedMQAProblem:
     """Random inputs like DeepGEMM's test: ctx_b uniform in [0.7, 1.3] x average, pages drawn from a random
