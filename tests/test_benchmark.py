@@ -46,8 +46,7 @@ def test_measure_records_a_run_that_does_not_repeat(small_benchmark_problem, ref
         out[0, 0] += 1e-3 * len(calls)  # a visible position: each run differs from the one before
         return out
 
-    row = benchmark.measure(drifting, small_benchmark_problem, reference, precision="fp8", copy_bytes_per_s=4e12,
-                            require_accuracy=False)
+    row = benchmark.measure(drifting, small_benchmark_problem, reference, precision="fp8", copy_bytes_per_s=4e12)
     assert row["bitwise_repeatable"] is False
 
 

@@ -44,10 +44,10 @@ REPEATS = 20  # runs of every implementation compared bit for bit before it is t
 
 
 def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, copy_bytes_per_s: float,
-            graph: bool = True, clean_l2: bool = False, masked: bool = False, checked: torch.Tensor | None = None,
-            require_accuracy: bool = True) -> dict:
+            graph: bool = True, clean_l2: bool = False, masked: bool = False,
+            checked: torch.Tensor | None = None) -> dict:
     """Check ``fn`` against ``reference`` (the float64 logits and magnitudes of ``problem``) by the contract of
-    ``precision`` and for bitwise repeatability, then time it (unless it fails and ``require_accuracy``).
+    ``precision`` and for bitwise repeatability, then time it if it meets the contract.
 
     ``masked``: ``fn`` leaves masked positions unwritten (DeepGEMM): set them to -inf before comparing.
     ``checked``: the output of an already verified launch of the same kernel (another split), which ``fn`` must
@@ -66,7 +66,7 @@ def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, c
         verdict["bitwise_equal_to_rule"] = bitwise_equal(out, checked)
         verdict["meets_contract"] = verdict["meets_contract"] and verdict["bitwise_equal_to_rule"]
     verdict["bitwise_repeatable"] = repeatable
-    if require_accuracy and not verdict["meets_contract"]:
+    if not verdict["meets_contract"]:
         return verdict
     ms = timing.time_ms(fn, graph=graph, clean_l2=clean_l2)
     nbytes, flops = problem.bytes, problem.flops
