@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .arguments import non_negative_int, positive_int
-from .layout import check_layout, check_shuffle_geometry, offset_map
+from .layout import check_block_layout, offset_map
 from .negotiation import slot_mapping
 
 SCALE_BYTES = 4
@@ -135,9 +135,7 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
         # torch would raise this only after the indexed store has written its bytes.
         raise ValueError("kv_cache was made under torch.inference_mode() and can only be written inside it: "
                          "write inside torch.inference_mode(), or pass kv_cache.clone()")
-    check_layout(layout)
-    if layout == "shuffle":
-        check_shuffle_geometry(block_size, head_dim)
+    check_block_layout(block_size, head_dim, layout)
     if not isinstance(k, torch.Tensor):
         raise TypeError(f"k must be a tensor [num_tokens, {head_dim}], got {type(k).__name__}")
     if k.dim() != 2 or k.shape[1] != head_dim:
@@ -175,9 +173,7 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
                fp8_dtype: torch.dtype = torch.float8_e4m3fn):
     """The fp8 values ``[..., D]`` and fp32 scales ``[...]`` stored at each slot (any shape of slots)."""
     num_blocks, block_size, head_dim = cache_geometry(kv_cache)
-    check_layout(layout)
-    if layout == "shuffle":
-        check_shuffle_geometry(block_size, head_dim)
+    check_block_layout(block_size, head_dim, layout)
     fp8_max(fp8_dtype)
     _check_index_tensor(slots, "slots")
     slots = slots.to(torch.int64).to(kv_cache.device)

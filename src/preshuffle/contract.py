@@ -22,7 +22,7 @@ import torch
 from .arguments import positive_int
 from .cache import FP8_MAX, cache_geometry
 from .device import memory_bytes
-from .layout import check_layout, check_shuffle_geometry
+from .layout import check_block_layout
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,7 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     num_blocks, block_size, cache_dim = cache_geometry(kv_cache)
     if cache_dim != head_dim:
         raise ValueError(f"kv_cache holds head_dim {cache_dim} but q has head_dim {head_dim}")
-    check_layout(layout)
-    if layout == "shuffle":
-        check_shuffle_geometry(block_size, head_dim)
+    check_block_layout(block_size, head_dim, layout)
     if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32:
         raise TypeError(f"weights must be a float32 tensor, got {getattr(weights, 'dtype', type(weights))}")
     if tuple(weights.shape) != (batch * next_n, heads):

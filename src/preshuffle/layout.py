@@ -20,18 +20,16 @@ LAYOUTS = ("normal", "shuffle")
 TILE = 16  # tokens and dims per MFMA tile
 
 
-def check_layout(layout: str) -> str:
+def check_block_layout(block_size: int, head_dim: int, layout: str) -> None:
+    """Refuse a ``layout`` not in :data:`LAYOUTS`, and the shuffle layout for a block whose sizes are not multiples
+    of 16 (only then is the shuffled formula a permutation of the block)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    return layout
-
-
-def check_shuffle_geometry(block_size: int, head_dim: int) -> None:
-    """The shuffled formula is a permutation of the block only for multiples of 16."""
-    if block_size % TILE:
-        raise ValueError(f"block_size must be a multiple of {TILE} for the shuffle layout, got {block_size}")
-    if head_dim % TILE:
-        raise ValueError(f"head_dim must be a multiple of {TILE} for the shuffle layout, got {head_dim}")
+    if layout == "shuffle":
+        if block_size % TILE:
+            raise ValueError(f"block_size must be a multiple of {TILE} for the shuffle layout, got {block_size}")
+        if head_dim % TILE:
+            raise ValueError(f"head_dim must be a multiple of {TILE} for the shuffle layout, got {head_dim}")
 
 
 def _block_dims(block_size, head_dim) -> tuple[int, int]:
@@ -43,29 +41,31 @@ def _check_position(token, dim, block_size, head_dim) -> tuple[int, int, int, in
     return int_in_range(token, "token", 0, block_size), int_in_range(dim, "dim", 0, head_dim), block_size, head_dim
 
 
+def _offset(token, dim, head_dim: int, layout: str):
+    """The byte offset of value (token, dim) in ``layout``, for ints or broadcasting int tensors alike."""
+    if layout == "normal":
+        return token * head_dim + dim
+    return (token // TILE) * TILE * head_dim + (dim // TILE) * TILE * TILE + (token % TILE) * TILE + dim % TILE
+
+
 def normal_offset(token: int, dim: int, block_size: int, head_dim: int = 128) -> int:
     """Byte offset of value (token, dim) inside a NORMAL block."""
     token, dim, block_size, head_dim = _check_position(token, dim, block_size, head_dim)
-    return token * head_dim + dim
+    return _offset(token, dim, head_dim, "normal")
 
 
 def shuffle_offset(token: int, dim: int, block_size: int, head_dim: int = 128) -> int:
     """Byte offset of value (token, dim) inside a SHUFFLE block."""
     token, dim, block_size, head_dim = _check_position(token, dim, block_size, head_dim)
-    check_shuffle_geometry(block_size, head_dim)
-    return (token // TILE) * TILE * head_dim + (dim // TILE) * TILE * TILE + (token % TILE) * TILE + dim % TILE
+    check_block_layout(block_size, head_dim, "shuffle")
+    return _offset(token, dim, head_dim, "shuffle")
 
 
 def offset_map(block_size: int, head_dim: int = 128, layout: str = "normal") -> torch.Tensor:
     """int64 ``[block_size, head_dim]``: the byte offset of every value of a block in ``layout``."""
     block_size, head_dim = _block_dims(block_size, head_dim)
-    check_layout(layout)
-    t = torch.arange(block_size).unsqueeze(1)
-    d = torch.arange(head_dim).unsqueeze(0)
-    if layout == "normal":
-        return t * head_dim + d
-    check_shuffle_geometry(block_size, head_dim)
-    return (t // TILE) * TILE * head_dim + (d // TILE) * TILE * TILE + (t % TILE) * TILE + d % TILE
+    check_block_layout(block_size, head_dim, layout)
+    return _offset(torch.arange(block_size).unsqueeze(1), torch.arange(head_dim).unsqueeze(0), head_dim, layout)
 
 
 def _check_values(values: torch.Tensor) -> None:
