@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from .arguments import positive_int
 from .cache import SCALE_BYTES
+from .layout import check_block_layout
 from .shapes import VARIANTS
 
 
@@ -10,6 +12,9 @@ def chunk_accesses(block_size: int, layout: str = "normal", chunk: int = 64, hea
     """For ``chunk`` consecutive positions of one sequence whose pages are scattered at random:
     block-table reads, separate contiguous runs of key bytes and their length, the widest aligned load the
     addresses allow, and the separate scale runs."""
+    block_size, chunk, head_dim = (positive_int(v, name) for v, name in (
+        (block_size, "block_size"), (chunk, "chunk"), (head_dim, "head_dim")))
+    check_block_layout(block_size, head_dim, layout)
     token_bytes = head_dim + SCALE_BYTES
     blocks = -(-chunk // block_size)
     tokens_per_block = min(block_size, chunk)
@@ -18,7 +23,7 @@ def chunk_accesses(block_size: int, layout: str = "normal", chunk: int = 64, hea
     align = 16 if stride % 16 == 0 else 8 if stride % 8 == 0 else 4
     run = tokens_per_block * head_dim
     return {
-        "table_reads": chunk if block_size == 1 else blocks,
+        "table_reads": blocks,
         "key_runs": blocks,
         "key_run_bytes": run,
         "widest_aligned_load": align,
