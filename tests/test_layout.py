@@ -66,10 +66,13 @@ def test_shuffle_offset_refuses_block_sizes_not_multiple_of_16(block_size):
 
 
 def test_shuffle_offset_formula_escapes_an_eight_token_block():
-    # Why 8-token blocks cannot be shuffled: the formula reaches byte 1919 of a 1024-byte block.
-    t, d = 7, 127
-    raw = (t // 16) * 16 * 128 + (d // 16) * 256 + (t % 16) * 16 + d % 16
-    assert raw == 1919 > 8 * 128
+    # Why 8-token blocks cannot be shuffled: the formula does not read the block size, so tokens 0-7 would get the
+    # bytes they get in a 16-token block, half of them past an 8-token block's 1024 value bytes, up to byte 1919.
+    first_eight = offset_map(16, 128, "shuffle")[:8]
+    assert first_eight[7, 127] == shuffle_offset(7, 127, 16) == 1919
+    assert first_eight.unique().numel() == 8 * 128 and int((first_eight >= 8 * 128).sum()) == 512
+    with pytest.raises(ValueError, match="block_size must be a multiple of 16 for the shuffle layout, got 8"):
+        shuffle_offset(7, 127, 8)
 
 
 def test_offsets_and_shuffles_reject_bad_input():
