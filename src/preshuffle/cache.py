@@ -114,6 +114,16 @@ def _flat_blocks(kv_cache: torch.Tensor) -> torch.Tensor:
     return kv_cache.view(num_blocks, -1)
 
 
+def _slot_bytes(slots: torch.Tensor, block_size: int, head_dim: int, layout: str):
+    """Where each slot's record lies in the flat blocks: its block ``[..., 1]``, and the offsets of its values in
+    ``layout`` ``[..., D]`` and of its scale ``[..., 4]`` in that block (on the slots' device)."""
+    block, token = slots // block_size, slots % block_size
+    value_offsets = offset_map(block_size, head_dim, layout).to(slots.device)[token]
+    scale_offsets = (block_size * head_dim + SCALE_BYTES * token.unsqueeze(-1)
+                     + torch.arange(SCALE_BYTES, device=slots.device))
+    return block.unsqueeze(-1), value_offsets, scale_offsets
+
+
 def _check_index_tensor(t, name: str) -> None:
     if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"{name} must be an int32/int64 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
@@ -161,12 +171,9 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
     values, scales = quantize_k(k[keep], fp8_dtype=fp8_dtype, scale_fmt=scale_fmt)
 
     # One store of each written token's 132 bytes: values at their layout's offsets, then its scale.
-    slots = slots.to(device)[keep]
-    block, token = slots // block_size, slots % block_size
-    value_offsets = offset_map(block_size, head_dim, layout).to(device)[token]
-    scale_offsets = block_size * head_dim + SCALE_BYTES * token.unsqueeze(1) + torch.arange(SCALE_BYTES, device=device)
+    block, value_offsets, scale_offsets = _slot_bytes(slots.to(device)[keep], block_size, head_dim, layout)
     record = torch.cat([values.view(torch.uint8), scales.unsqueeze(1).view(torch.uint8)], dim=1)
-    _flat_blocks(kv_cache)[block.unsqueeze(1), torch.cat([value_offsets, scale_offsets], dim=1)] = record
+    _flat_blocks(kv_cache)[block, torch.cat([value_offsets, scale_offsets], dim=1)] = record
 
 
 def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "normal",
@@ -180,13 +187,10 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
     if slots.numel() and (slots.min() < 0 or slots.max() >= num_blocks * block_size):
         raise ValueError(f"slots must be in [0, {num_blocks * block_size}), got range "
                          f"[{int(slots.min())}, {int(slots.max())}]")
-    block, token = slots // block_size, slots % block_size
+    block, value_offsets, scale_offsets = _slot_bytes(slots, block_size, head_dim, layout)
     flat = _flat_blocks(kv_cache)
-    value_offsets = offset_map(block_size, head_dim, layout).to(kv_cache.device)[token]
-    values = flat[block.unsqueeze(-1), value_offsets].view(fp8_dtype)
-    scale_offsets = block_size * head_dim + SCALE_BYTES * token.unsqueeze(-1) + torch.arange(
-        SCALE_BYTES, device=kv_cache.device)
-    scales = flat[block.unsqueeze(-1), scale_offsets].contiguous().view(torch.float32).squeeze(-1)
+    values = flat[block, value_offsets].view(fp8_dtype)
+    scales = flat[block, scale_offsets].contiguous().view(torch.float32).squeeze(-1)
     return values, scales
 
 
