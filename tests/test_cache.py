@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from preshuffle.cache import (
-    allocate_k_cache, gather_k_cache, quantize_k, read_slots, sequence_slots, write_k_cache,
+    allocate_k_cache, gather_k_cache, quantize_k, read_slots, sequence_slots, token_scales, write_k_cache,
 )
 
 
@@ -27,6 +27,25 @@ def test_quantize_k_fnuz_uses_vllms_224():
     k = torch.full((1, 128), 2.0)
     values, scales = quantize_k(k, fp8_dtype=torch.float8_e4m3fnuz)
     assert scales.item() == pytest.approx(2.0 / 224) and values.float().max().item() == 224.0
+
+
+@pytest.mark.parametrize("fmt", [None, "ue8m0"])
+def test_token_scales_are_quantize_ks_scales_in_amaxs_dtype(fmt):
+    k = torch.randn(5, 128) * torch.tensor([[0.0], [1e-5], [1.0], [3.0], [900.0]])
+    assert torch.equal(token_scales(k.abs().amax(dim=1), scale_fmt=fmt), quantize_k(k, scale_fmt=fmt)[1])
+    amax = torch.tensor([3.0], dtype=torch.float64)
+    assert token_scales(amax, fp8_dtype=torch.float8_e4m3fnuz).dtype == torch.float64
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    (dict(amax=[1.0]), TypeError, "amax must be a floating-point tensor, got list"),
+    (dict(amax=torch.tensor([1])), TypeError, "amax must be a floating-point tensor, got torch.int64"),
+    (dict(scale_fmt="e8m0"), ValueError, r"scale_fmt must be one of \(None, 'ue8m0'\), got 'e8m0'"),
+    (dict(fp8_dtype=torch.float16), TypeError, "fp8_dtype must be one of"),
+])
+def test_token_scales_bad_arguments(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        token_scales(**{"amax": torch.tensor([1.0]), **kwargs})
 
 
 @given(st.integers(0, 2**16), st.sampled_from([None, "ue8m0"]), st.sampled_from([torch.float32, torch.bfloat16]))

@@ -49,20 +49,30 @@ def _check_finite(k: torch.Tensor, written: torch.Tensor | None = None) -> None:
         raise ValueError(f"k must be finite, but token {token} holds {value}: its scale would be NaN")
 
 
+def token_scales(amax: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn,
+                 scale_fmt: str | None = None) -> torch.Tensor:
+    """The scale of each token whose largest magnitude is ``amax``: ``max(amax, 1e-4) / fp8_max`` (a power of two,
+    rounded up, with ``scale_fmt="ue8m0"``), in ``amax``'s dtype."""
+    if not isinstance(amax, torch.Tensor) or not amax.is_floating_point():
+        raise TypeError(f"amax must be a floating-point tensor, got {getattr(amax, 'dtype', type(amax).__name__)}")
+    if scale_fmt not in SCALE_FORMATS:
+        raise ValueError(f"scale_fmt must be one of {SCALE_FORMATS}, got {scale_fmt!r}")
+    scale = amax.clamp(min=SCALE_FLOOR) / fp8_max(fp8_dtype)
+    if scale_fmt == "ue8m0":
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    return scale
+
+
 def quantize_k(k: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4m3fn, scale_fmt: str | None = None):
-    """Per-token FP8 quantisation: ``scale = max(amax, 1e-4) / fp8_max`` (a power of two, rounded up, with
-    ``scale_fmt="ue8m0"``); returns ``(fp8 values [T, D], fp32 scales [T])`` with ``values * scale ~= k``.
+    """Per-token FP8 quantisation by :func:`token_scales`: returns ``(fp8 values [T, D], fp32 scales [T])`` with
+    ``values * scale ~= k``.
 
     A NaN or Inf in ``k`` raises ``ValueError`` naming the token (vLLM would quantise it into a NaN scale)."""
     _check_keys(k)
-    if scale_fmt not in SCALE_FORMATS:
-        raise ValueError(f"scale_fmt must be one of {SCALE_FORMATS}, got {scale_fmt!r}")
     top = fp8_max(fp8_dtype)
     _check_finite(k)
     k = k.detach().float()
-    scale = k.abs().amax(dim=-1).clamp(min=SCALE_FLOOR) / top
-    if scale_fmt == "ue8m0":
-        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    scale = token_scales(k.abs().amax(dim=-1), fp8_dtype=fp8_dtype, scale_fmt=scale_fmt)
     values = (k / scale.unsqueeze(-1)).clamp(-top, top).to(fp8_dtype)
     return values, scale
 

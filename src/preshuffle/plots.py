@@ -11,9 +11,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from .cache import FP8_MAX, SCALE_FLOOR, quantize_k
+from .cache import fp8_max, quantize_k, token_scales
 from .layout import TILE, offset_map
-from .negotiation import map_to_kernel_blocks, matching_entry, sweep
+from .negotiation import map_to_kernel_blocks, matching_entry, rejected_rows, sweep
 
 WIDE = (10, 3.8)
 SQUARE_PAIR = (10, 4.6)
@@ -32,8 +32,9 @@ def negotiation_plot(manager_block_sizes=(1, 8, 16, 24, 32, 48, 64, 80, 96, 112,
                               ("after_kernel_block_size", "after PR #51216", "s-")):
         y = [r[key] if r[key] is not None else np.nan for r in rows]
         ax.plot(x, y, style, label=label)
+    rejected_sizes = set(rejected_rows(rows))
     rejected = [(i, r["after_kernel_block_size"]) for i, r in enumerate(rows)
-                if r["after_kernel_block_size"] is not None and not r["after_accepted"]]
+                if r["manager_block_size"] in rejected_sizes]
     if rejected:
         ax.scatter(*zip(*rejected), s=160, facecolors="none", edgecolors="red", linewidths=2,
                    label="negotiates, but AITER asserts", zorder=3)
@@ -50,14 +51,12 @@ def negotiation_plot(manager_block_sizes=(1, 8, 16, 24, 32, 48, 64, 80, 96, 112,
 def quantization_plot(seed: int = 0, tokens: int = 2000, fp8_dtype=torch.float8_e4m3fn):
     """Left: the scale as a function of amax, plain and ue8m0 (a power of two, rounded up). Right: the relative
     error of dequantised tokens, ``|values * scale - k| / |k|``, for random bf16 keys, both ways."""
-    top = FP8_MAX[fp8_dtype]
     amax = torch.logspace(-6, 3, 400, dtype=torch.float64)
-    plain = amax.clamp(min=SCALE_FLOOR) / top
-    ue8m0 = torch.exp2(torch.ceil(torch.log2(plain)))
+    plain, ue8m0 = (token_scales(amax, fp8_dtype=fp8_dtype, scale_fmt=fmt) for fmt in (None, "ue8m0"))
     g = torch.Generator().manual_seed(seed)
     k = (torch.randn(tokens, 128, generator=g) * torch.exp(torch.randn(tokens, 1, generator=g) * 2)).bfloat16()
     fig, (left, right) = plt.subplots(1, 2, figsize=WIDE)
-    left.loglog(amax, plain, label="max(amax, 1e-4) / 448")
+    left.loglog(amax, plain, label=f"max(amax, 1e-4) / {fp8_max(fp8_dtype):g}")
     left.loglog(amax, ue8m0, label="ue8m0: next power of two")
     left.set_xlabel("amax of the token")
     left.set_ylabel("scale")
