@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from .cache import gather_k_cache, read_slots
+from .cache import gather_k_cache, read_slots, sequence_slots
 from .layout import offset_map
 from .contract import check_inputs, kv_lengths, unreadable_positions
 
@@ -59,11 +59,11 @@ def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables,
     qf, wf = q.double().tolist(), weights.double().tolist()
     out = [[-math.inf] * max_model_len for _ in range(p.batch * p.next_n)]
     for b in range(p.batch):
+        slots = sequence_slots(block_tables[b], max(lens[b]), p.block_size)
         for j in range(p.next_n):
             r = b * p.next_n + j
             for pos in range(lens[b][j]):
-                slot = int(block_tables[b, pos // p.block_size]) * p.block_size + pos % p.block_size
-                values, scale = read_slots(kv_cache, torch.tensor([slot]), layout=layout, fp8_dtype=q.dtype)
+                values, scale = read_slots(kv_cache, slots[pos:pos + 1], layout=layout, fp8_dtype=q.dtype)
                 k, s = values[0].double().tolist(), float(scale[0])
                 total = 0.0
                 for h in range(p.heads):
