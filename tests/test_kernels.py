@@ -124,6 +124,18 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
         assert kernels._Kept.addresses(*tensors) is None, i
 
 
+@pytest.mark.parametrize("field, error, message", [
+    ("q", TypeError, r"q must be an fp8 tensor .*, got <class 'NoneType'>"),
+    ("kv_cache", TypeError, "kv_cache must be a uint8 tensor, got ndarray"),
+    ("max_model_len", TypeError, r"max_model_len must be a positive int, got list \[23\]")])
+def test_an_unchecked_call_names_an_argument_that_cannot_key_a_kept_launch(problem, field, error, message):
+    """The kept-launch key reads q's shape, the cache's address and hashes the scalars before any check runs:
+    arguments that cannot make one still meet the checks' errors."""
+    bad = {"q": None, "kv_cache": problem.kv_cache.cpu().numpy(), "max_model_len": [23]}[field]
+    with pytest.raises(error, match=message):
+        problem.replace(**{field: bad}).call(fp8_paged_mqa_logits, check_values=False)
+
+
 def test_fp8_paged_mqa_logits_takes_a_numpy_max_model_len(problem):
     expected = problem.call(fp8_paged_mqa_logits)
     assert_bitwise_equal(problem.replace(max_model_len=np.int64(problem.max_model_len)).call(fp8_paged_mqa_logits),

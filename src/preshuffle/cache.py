@@ -102,8 +102,10 @@ def allocate_k_cache(num_blocks: int, block_size: int, head_dim: int = 128, devi
 
 def cache_geometry(kv_cache: torch.Tensor) -> tuple[int, int, int]:
     """``(num_blocks, block_size, head_dim)`` of a cache, after checking its dtype, shape and memory."""
-    if not isinstance(kv_cache, torch.Tensor) or kv_cache.dtype != torch.uint8:
-        raise TypeError(f"kv_cache must be a uint8 tensor, got {getattr(kv_cache, 'dtype', type(kv_cache))}")
+    if not isinstance(kv_cache, torch.Tensor):  # a NumPy array has a dtype too: name its type
+        raise TypeError(f"kv_cache must be a uint8 tensor, got {type(kv_cache).__name__}")
+    if kv_cache.dtype != torch.uint8:
+        raise TypeError(f"kv_cache must be a uint8 tensor, got {kv_cache.dtype}")
     shape = tuple(kv_cache.shape)
     if not (len(shape) == 4 and shape[2] == 1 or len(shape) == 3):
         raise ValueError(f"kv_cache must be [num_blocks, block_size, 1, head_dim + 4] or "

@@ -121,8 +121,11 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     ``[B * next_n, max_model_len]`` tensor, receives the result instead of a new one; every element is written."""
     keep = not check_values and TensorGuards is not None
     if keep:
-        key = _launch_key(q, kv_cache, max_model_len, layout, precision, config)  # the caller's arguments
-        kept = _guarded(key, q, kv_cache, weights, context_lens, block_tables)
+        try:  # the caller's arguments, unchecked
+            key = _launch_key(q, kv_cache, max_model_len, layout, precision, config)
+            kept = _guarded(key, q, kv_cache, weights, context_lens, block_tables)
+        except (AttributeError, TypeError):  # no tensor or an unhashable scalar: the checks below name it
+            keep, kept = False, None
         if kept is not None:
             result = kept(q, weights, context_lens, block_tables, out)
             if result is not None:
