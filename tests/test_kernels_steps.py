@@ -25,13 +25,32 @@ def test_per_block_grid_logits_matches_the_reference(problem):
         random_problem([5], block_size=16, layout="shuffle", device=DEV).call(per_block_grid_logits)
 
 
+def test_per_block_grid_logits_rejects_what_it_cannot_run(problem):
+    with pytest.raises(TypeError, match="q must be torch.float8_e4m3fn for step 2's kernel, got torch.float8_e4m3fnuz"):
+        problem.replace(q=problem.q.to(torch.float8_e4m3fnuz)).call(per_block_grid_logits)  # e4m3fnuz bytes misread
+    with pytest.raises(ValueError, match="power-of-two block sizes >= 16 .* got .* block size 48"):
+        random_problem([5], block_size=48, device=DEV).call(per_block_grid_logits)
+    with pytest.raises(ValueError, match="step 2's kernel needs a power-of-two number of heads >= 16 .* got 24 heads"):
+        random_problem([5], heads=24, device=DEV).call(per_block_grid_logits)
+
+
 def test_one_block_logits_matches_the_reference(problem):
     q, kv, w, _, bt, _ = problem.args
     block = one_block_logits(q[0, 0], kv[bt[0, 0]], w[0])
     ref, magnitude = problem.call(fp8_paged_mqa_logits_ref), problem.call(logits_magnitude)
     assert compare_logits(block, ref[0, :16], magnitude[0, :16])["max_rel_error"] < 1e-5
-    with pytest.raises(TypeError, match="q_row must be float8_e4m3fn"):
+    with pytest.raises(TypeError, match="q_row must be torch.float8_e4m3fn for step 1's kernel, got torch.float32"):
         one_block_logits(q[0, 0].float(), kv[0], w[0])
+    with pytest.raises(TypeError, match="q_row must be torch.float8_e4m3fn for step 1's kernel, got .*e4m3fnuz"):
+        one_block_logits(q[0, 0].to(torch.float8_e4m3fnuz), kv[0], w[0])
+    with pytest.raises(TypeError, match="weights_row must be a tensor, got NoneType"):
+        one_block_logits(q[0, 0], kv[0], None)
+    with pytest.raises(ValueError, match=r"q_row must be \[heads, head_dim\] \(q\[b, j\]\), got \[1, 64, 128\]"):
+        one_block_logits(q[0], kv[0], w[0])
+    with pytest.raises(ValueError, match=r"weights_row must be \[heads\] = \[64\], got \[1, 64\]"):
+        one_block_logits(q[0, 0], kv[0], w[:1])
+    with pytest.raises(ValueError, match=r"block must be \[block_size, 1, 132\] .* got \[16, 132\]"):
+        one_block_logits(q[0, 0], kv[0, :, 0], w[0])
 
 
 RUNGS = {  # chapter 3's steps 3-7: each switch of chunked_logits turned on in the ladder's order

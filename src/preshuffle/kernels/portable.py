@@ -246,14 +246,19 @@ def _paged_mqa_logits_kernel(
         tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
 
 
+def check_tiles(heads: int, head_dim: int, what: str) -> None:
+    """Refuse query dimensions ``what`` (a Triton kernel) cannot tile: both are sizes of ``tl.arange`` (powers of
+    two) and of ``tl.dot`` (16 or more)."""
+    if heads < 16 or heads & (heads - 1) or head_dim < 16 or head_dim & (head_dim - 1):
+        raise ValueError(f"{what} needs a power-of-two number of heads >= 16 and a power-of-two head_dim >= 16 "
+                         f"(tl.dot's tiles), got {heads} heads of {head_dim}")
+
+
 def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims: CallDims, *,
                               layout: str, config: LaunchConfig, out: torch.Tensor):
     """Launch the portable kernel on inputs :func:`preshuffle.kernels.fp8_paged_mqa_logits` checked (``dims``:
     shapes and values; ``q`` e4m3, tensors on the kernels' device; ``out`` the checked output tensor)."""
-    if dims.heads < 16 or dims.heads & (dims.heads - 1):
-        raise ValueError(f"the Triton kernel needs a power-of-two number of heads >= 16, got {dims.heads}")
-    if dims.head_dim & (dims.head_dim - 1):
-        raise ValueError(f"the Triton kernel needs a power-of-two head_dim, got {dims.head_dim}")
+    check_tiles(dims.heads, dims.head_dim, "the Triton kernel")
     tokens_per_program = config.tokens_per_program or whole_row(max_model_len, config.chunk)
     block_tables = block_tables.contiguous()
     if out.numel() == 0:

@@ -21,6 +21,7 @@ from .. import device  # first: sets TRITON_INTERPRET before the kernels below a
 from ..contract import check_inputs
 from . import fp8_paged_mqa_logits
 from .launch import LaunchConfig, default_config, whole_row
+from .portable import check_tiles
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -41,17 +42,41 @@ def _one_block_kernel(q_ptr, block_ptr, scale_ptr, w_ptr, out_ptr,
     tl.store(out_ptr + tok, tl.sum(scores, axis=0))
 
 
+def _check_queries(what: str, q: torch.Tensor, heads: int, head_dim: int, name: str = "q", **tensors) -> None:
+    """Refuse what the teaching kernel ``what`` cannot run: queries other than e4m3fn (their bytes are read as
+    Triton's e4m3, so e4m3fnuz ones would be misread), dimensions it cannot tile, tensors off this process's kernel
+    device, a GPU without Triton's e4m3 type."""
+    if q.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"{name} must be torch.float8_e4m3fn for {what}, got {q.dtype}")
+    check_tiles(heads, head_dim, what)
+    device.require_kernel_devices(**{name: q}, **tensors)
+    device.require_fp8_types(what)
+
+
+def _tileable_block(block_size: int) -> bool:
+    """Whether a block's tokens can be one tile of steps 1 and 2: a ``tl.arange`` (a power of two) and a side of
+    ``tl.dot`` (16 or more)."""
+    return block_size >= 16 and not block_size & (block_size - 1)
+
+
 def one_block_logits(q_row: torch.Tensor, block: torch.Tensor, weights_row: torch.Tensor) -> torch.Tensor:
     """Step 1: ``q_row`` fp8 ``[H, D]`` against one NORMAL block ``[block_size, 1, D + 4]`` (``kv_cache[n]``), with
     ``weights_row`` fp32 ``[H]``: fp32 logits ``[block_size]`` for every token of the block."""
+    for name, t in {"q_row": q_row, "block": block, "weights_row": weights_row}.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    if block.dtype != torch.uint8 or weights_row.dtype != torch.float32:
+        raise TypeError(f"block must be uint8 and weights_row float32, got {block.dtype} and {weights_row.dtype}")
+    if q_row.dim() != 2:
+        raise ValueError(f"q_row must be [heads, head_dim] (q[b, j]), got {list(q_row.shape)}")
     heads, head_dim = q_row.shape
-    block_size = block.shape[0]
-    if q_row.dtype != torch.float8_e4m3fn or block.dtype != torch.uint8 or weights_row.dtype != torch.float32:
-        raise TypeError("q_row must be float8_e4m3fn, block uint8 and weights_row float32")
-    if block_size < 16 or block_size & (block_size - 1) or block.shape[-1] != head_dim + 4:
+    _check_queries("step 1's kernel", q_row, heads, head_dim, name="q_row", block=block, weights_row=weights_row)
+    if tuple(weights_row.shape) != (heads,):
+        raise ValueError(f"weights_row must be [heads] = [{heads}], got {list(weights_row.shape)}")
+    if block.dim() != 3 or block.shape[1:] != (1, head_dim + 4) or not _tileable_block(block.shape[0]):
         raise ValueError(f"block must be [block_size, 1, {head_dim + 4}] with a power-of-two block_size >= 16 "
                          f"(tl.dot needs 16 rows), got {list(block.shape)}")
-    device.require_fp8_types("step 1's kernel")
+    block_size = block.shape[0]
     block = block.contiguous()
     out = torch.empty(block_size, dtype=torch.float32, device=block.device)
     _one_block_kernel[(1,)](q_row.contiguous().view(torch.uint8), block, block.view(torch.float32),
@@ -85,11 +110,11 @@ def _per_block_grid_kernel(q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out
 def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
     """Step 2: one program per (sequence, block), natural layout, next_n = 1, 1-D context lengths."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
-    if p.next_n != 1 or p.ctx_2d or p.block_size < 16 or layout != "normal":
-        raise ValueError("step 2 handles next_n = 1, 1-D context_lens, block sizes >= 16 and the normal layout "
-                         f"only, got next_n {p.next_n}, {context_lens.dim()}-D context_lens, block size "
-                         f"{p.block_size}, layout {layout!r}")
-    device.require_fp8_types("step 2's kernel")
+    _check_queries("step 2's kernel", q, p.heads, p.head_dim, kv_cache=kv_cache)
+    if p.next_n != 1 or p.ctx_2d or not _tileable_block(p.block_size) or layout != "normal":
+        raise ValueError("step 2 handles next_n = 1, 1-D context_lens, power-of-two block sizes >= 16 (a block is "
+                         f"one tile) and the normal layout only, got next_n {p.next_n}, {context_lens.dim()}-D "
+                         f"context_lens, block size {p.block_size}, layout {layout!r}")
     width = p.max_blocks * p.block_size  # the grid covers whole blocks; the row is cut to max_model_len after
     out = torch.full((p.batch, max(width, max_model_len)), -math.inf, dtype=torch.float32, device=q.device)
     _per_block_grid_kernel[(p.batch, p.max_blocks)](
@@ -188,13 +213,7 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
     context lengths. With every switch off it computes ``Q @ K^T`` and scales before the head reduction
     (the ladder's version 1); ``keys_as_a``, ``scale_after_sum`` and ``scales_ahead`` are version 2's ideas."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
-    if q.dtype != torch.float8_e4m3fn:
-        raise TypeError(f"q must be torch.float8_e4m3fn for the teaching kernel, got {q.dtype}")
-    if p.heads < 16 or p.heads & (p.heads - 1) or p.head_dim & (p.head_dim - 1):
-        raise ValueError(f"q must have a power-of-two number of heads >= 16 and a power-of-two head_dim (tl.dot "
-                         f"tiles), got {p.heads} heads of {p.head_dim}")
-    device.require_kernel_devices(q=q, kv_cache=kv_cache)
-    device.require_fp8_types("the teaching kernel")
+    _check_queries("the teaching kernel", q, p.heads, p.head_dim, kv_cache=kv_cache)
     config = config or default_config(p.batch, max_model_len)
     if config.dot != "fp16":
         raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")
