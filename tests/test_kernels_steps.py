@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from preshuffle import device
+from preshuffle import contract, device
 from preshuffle.kernels import LaunchConfig
 from preshuffle.kernels.steps import chunked_logits, one_block_logits, per_block_grid_logits, portable_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref, logits_magnitude
@@ -100,3 +100,16 @@ def test_portable_logits_matches_the_reference_with_its_rule_or_a_split(block_si
 def test_portable_logits_rejects_bad_input(problem):
     with pytest.raises(TypeError, match="q must be an fp8 tensor"):
         problem.replace(q=problem.q.float()).call(portable_logits)
+
+
+def test_portable_logits_checks_the_values_once(problem, monkeypatch):
+    """Reading the lengths and block ids is a device sync: once a call, and still done."""
+    reads = []
+    check_values = contract._check_values
+    monkeypatch.setattr(contract, "_check_values", lambda *args: reads.append(1) or check_values(*args))
+    problem.call(portable_logits)
+    assert len(reads) == 1
+    too_long = problem.context_lens.clone()
+    too_long[0] = problem.max_model_len + 1
+    with pytest.raises(ValueError, match=f"max_model_len {problem.max_model_len} is smaller than the longest context"):
+        problem.replace(context_lens=too_long).call(portable_logits)
