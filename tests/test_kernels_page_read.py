@@ -49,6 +49,18 @@ def test_ids_outside_the_cache_and_lengths_past_the_table_read_nothing():
     assert out[0, 1] == 0 and out[1, 0] == 0 and (out[0, [0, 2]] != 0).all()  # programs of the bad ids read nothing
 
 
+def test_page_read_stops_at_max_model_len():
+    """A call's output row ends at max_model_len, so a context past it (which the logits call's value checks refuse)
+    is read only that far, not to the end of its last program's positions."""
+    problem = random_problem([40, 20], block_size=16, seed=5)
+    _, kv_cache, _, context_lens, block_tables, _ = problem.args
+    out = page_read(kv_cache, context_lens, block_tables, 23, tokens=16)
+    assert torch.equal(out, page_read_reference(kv_cache, context_lens, block_tables, 23, tokens=16))
+    cut = torch.tensor([23, 20], dtype=torch.int32, device=context_lens.device)
+    assert torch.equal(out, page_read(kv_cache, cut, block_tables, 23, tokens=16))
+    assert not torch.equal(out, page_read(kv_cache, context_lens, block_tables, 32, tokens=16)[:, :2])
+
+
 @pytest.mark.parametrize("field, error, message", [
     ("kv_cache", TypeError, "kv_cache must be a uint8 tensor, got torch.float32"),
     ("head_dim", ValueError, r"kv_cache must hold head_dim 128 \(132-byte tokens\), got 64"),

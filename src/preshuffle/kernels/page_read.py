@@ -21,11 +21,11 @@ WORDS_PER_TOKEN = 33  # 128 value bytes and a 4-byte scale
 
 
 @triton.jit
-def _page_read_kernel(words_ptr, ctx_ptr, bt_ptr, out_ptr, bt_stride, bt_width, num_blocks,
+def _page_read_kernel(words_ptr, ctx_ptr, bt_ptr, out_ptr, bt_stride, bt_width, num_blocks, max_model_len,
                       BLOCK_SIZE: tl.constexpr, TOKENS: tl.constexpr):
     b = tl.program_id(0)
     pos = tl.program_id(1) * TOKENS + tl.arange(0, TOKENS)
-    kv_len = tl.load(ctx_ptr + b)
+    kv_len = tl.minimum(tl.load(ctx_ptr + b), max_model_len)          # a call reads no position past its output row
     ok = (pos < kv_len) & (pos // BLOCK_SIZE < bt_width)
     ids = tl.load(bt_ptr + b * bt_stride + pos // BLOCK_SIZE, mask=ok, other=0)
     ok = ok & (ids >= 0) & (ids < num_blocks)                          # an id outside the cache reads nothing
@@ -61,7 +61,7 @@ def page_read(kv_cache: torch.Tensor, context_lens: torch.Tensor, block_tables: 
     batch = context_lens.shape[0]
     out = torch.empty(batch, triton.cdiv(max_model_len, tokens), dtype=torch.int32, device=kv_cache.device)
     _page_read_kernel[out.shape](kv_cache.view(torch.int32), context_lens, block_tables, out,
-                                 block_tables.stride(0), block_tables.shape[1], num_blocks,
+                                 block_tables.stride(0), block_tables.shape[1], num_blocks, max_model_len,
                                  BLOCK_SIZE=block_size, TOKENS=tokens, num_warps=num_warps)
     return out
 
