@@ -61,27 +61,35 @@ def test_page_read_stops_at_max_model_len():
     assert not torch.equal(out, page_read(kv_cache, context_lens, block_tables, 32, tokens=16)[:, :2])
 
 
-@pytest.mark.parametrize("field, error, message", [
+@pytest.mark.parametrize("case, error, message", [
     ("kv_cache", TypeError, "kv_cache must be a uint8 tensor, got torch.float32"),
     ("head_dim", ValueError, r"kv_cache must hold head_dim 128 \(132-byte tokens\), got 64"),
-    ("context_lens", ValueError, r"context_lens must be int32 \[B\], got torch.int64 \[1\]"),
-    ("block_tables", ValueError, r"block_tables must be int32 \[B=1, width\], got torch.int32 \[2, \d+\]"),
-    ("max_model_len", ValueError, "max_model_len must be positive, got 0"),
-    ("tokens", ValueError, "tokens must be a power of two >= 16, got 48")])
-def test_page_read_refuses_what_it_cannot_read(field, error, message):
+    ("context_lens", TypeError, "context_lens must be an int32 tensor, got torch.int64"),
+    ("context_lens_list", TypeError, "context_lens must be an int32 tensor, got list"),
+    ("context_lens_2d", ValueError, r"context_lens must be \[B\], got \[1, 1\]"),
+    ("block_tables", ValueError, r"block_tables must be \[B=1, width\], got \[2, \d+\]"),
+    ("max_model_len", ValueError, "max_model_len must be a positive int, got 0"),
+    ("max_model_len_float", TypeError, "max_model_len must be a positive int, got float 23.0"),
+    ("max_model_len_str", TypeError, "max_model_len must be a positive int, got str '23'"),
+    ("tokens", ValueError, "tokens must be a power of two >= 16, got 48"),
+    ("tokens_float", TypeError, "tokens must be a positive int, got float 64.0")])
+def test_page_read_refuses_what_it_cannot_read(case, error, message):
     problem = random_problem([20], block_size=16, seed=1)
     _, kv_cache, _, context_lens, block_tables, max_model_len = problem.args
     args = {"kv_cache": kv_cache, "context_lens": context_lens, "block_tables": block_tables,
-            "max_model_len": max_model_len}
-    changed = {"kv_cache": ("kv_cache", kv_cache.float()), "head_dim": ("kv_cache", kv_cache[..., 64:].contiguous()),
-               "context_lens": ("context_lens", context_lens.long()),
-               "block_tables": ("block_tables", torch.cat([block_tables, block_tables])),
-               "max_model_len": ("max_model_len", 0)}
-    if field in changed:
-        name, value = changed[field]
-        args[name] = value
+            "max_model_len": max_model_len, "tokens": 64}
+    name, value = {"kv_cache": ("kv_cache", kv_cache.float()),
+                   "head_dim": ("kv_cache", kv_cache[..., 64:].contiguous()),
+                   "context_lens": ("context_lens", context_lens.long()),
+                   "context_lens_list": ("context_lens", [20]),
+                   "context_lens_2d": ("context_lens", context_lens[:, None]),
+                   "block_tables": ("block_tables", torch.cat([block_tables, block_tables])),
+                   "max_model_len": ("max_model_len", 0), "max_model_len_float": ("max_model_len", 23.0),
+                   "max_model_len_str": ("max_model_len", "23"),
+                   "tokens": ("tokens", 48), "tokens_float": ("tokens", 64.0)}[case]
+    args[name] = value
     with pytest.raises(error, match=message):
-        page_read(**args, tokens=48 if field == "tokens" else 64)
+        page_read(**args)
 
 
 @pytest.mark.skipif(not device.INTERPRETED, reason="runs the script on the CPU with its GPU timer stubbed")

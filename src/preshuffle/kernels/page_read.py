@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..arguments import positive_int
 from ..cache import cache_geometry
 
 WORDS_PER_TOKEN = 33  # 128 value bytes and a 4-byte scale
@@ -47,15 +48,18 @@ def page_read(kv_cache: torch.Tensor, context_lens: torch.Tensor, block_tables: 
     num_blocks, block_size, head_dim = cache_geometry(kv_cache)
     if head_dim != 4 * WORDS_PER_TOKEN - 4:
         raise ValueError(f"kv_cache must hold head_dim {4 * WORDS_PER_TOKEN - 4} (132-byte tokens), got {head_dim}")
-    if context_lens.dtype != torch.int32 or context_lens.dim() != 1:
-        raise ValueError(f"context_lens must be int32 [B], got {context_lens.dtype} {list(context_lens.shape)}")
-    if block_tables.dtype != torch.int32 or block_tables.dim() != 2 or block_tables.shape[0] != context_lens.shape[0]:
-        raise ValueError(f"block_tables must be int32 [B={context_lens.shape[0]}, width], got {block_tables.dtype} "
-                         f"{list(block_tables.shape)}")
+    for name, t in (("context_lens", context_lens), ("block_tables", block_tables)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32:
+            raise TypeError(f"{name} must be an int32 tensor, got "
+                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if context_lens.dim() != 1:
+        raise ValueError(f"context_lens must be [B], got {list(context_lens.shape)}")
+    if block_tables.dim() != 2 or block_tables.shape[0] != context_lens.shape[0]:
+        raise ValueError(f"block_tables must be [B={context_lens.shape[0]}, width], got {list(block_tables.shape)}")
     if {context_lens.device, block_tables.device} != {kv_cache.device}:
         raise ValueError(f"context_lens and block_tables must be on kv_cache's device {kv_cache.device}")
-    if max_model_len <= 0:
-        raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+    max_model_len = positive_int(max_model_len, "max_model_len")
+    tokens = positive_int(tokens, "tokens")
     if tokens < 16 or tokens & (tokens - 1):
         raise ValueError(f"tokens must be a power of two >= 16, got {tokens}")
     batch = context_lens.shape[0]
