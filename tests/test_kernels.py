@@ -59,6 +59,11 @@ def test_kernel_for_picks_the_hopper_kernel_on_sm90_for_what_it_takes(on):
     assert kernel_for(64, 64, 128, 1, LaunchConfig()) == "portable"
     with pytest.raises(ValueError, match="the Hopper kernel cannot take this call: next_n 5 is above 4"):
         kernel_for(64, 64, 128, 5, HopperConfig(64))
+    # The gather reads natural pages only: preshuffled pages TMA cannot copy go to the portable kernel.
+    assert kernel_for(48, 64, 128, 1) == kernel_for(192, 64, 128, 1, layout="shuffle") == "hopper"
+    assert kernel_for(48, 64, 128, 1, layout="shuffle") == "portable"
+    with pytest.raises(ValueError, match="cannot take this call: preshuffled pages of 80 tokens would be gathered"):
+        kernel_for(80, 64, 128, 1, HopperConfig(64), layout="shuffle")
 
 
 @pytest.mark.parametrize("capability", [(8, 9), (10, 0), None])

@@ -132,7 +132,8 @@ def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object]]:
     portable = config_for(problem.batch, problem.max_model_len)
     steps = [("chapter 3's kernel (exact)", "portable", "exact", kernel_fn(problem, "exact", portable)),
              ("fp8 MMA", "portable", "fp8", kernel_fn(problem, "fp8", portable))]
-    if kernel_for(problem.block_size, problem.heads, problem.head_dim, problem.next_n) != "hopper":
+    if kernel_for(problem.block_size, problem.heads, problem.head_dim, problem.next_n,
+                  layout=problem.layout) != "hopper":
         return steps
     row = whole_row(problem.max_model_len)
     rule = hopper_config(problem.batch, problem.next_n, problem.max_model_len)
@@ -216,7 +217,7 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
         block_size, layout = VARIANTS[name]
         problem = benchmark_problem(shape, block_size, layout)
         reference = problem.call(reference_and_magnitude)
-        kernel = kernel_for(block_size, problem.heads, problem.head_dim, shape.next_n)
+        kernel = kernel_for(block_size, problem.heads, problem.head_dim, shape.next_n, layout=layout)
         rule_out = {}
         for precision in RUN_ORDER:
             fn = kernel_fn(problem, precision)

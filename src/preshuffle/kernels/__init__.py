@@ -67,14 +67,15 @@ class _Kept:
         return None if (a | b | c | d | e) % 16 else (a, b, c, d, e)
 
 
-def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=None) -> str:
-    """Which kernel a call runs here: "hopper" on an sm90 GPU for the dimensions it takes (unless a portable
-    :class:`LaunchConfig` is given), else "portable"."""
+def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=None, *,
+               layout: str = "normal") -> str:
+    """Which kernel a call runs here: "hopper" on an sm90 GPU for the dimensions and layout it takes (unless a
+    portable :class:`LaunchConfig` is given), else "portable"."""
     if isinstance(config, LaunchConfig) or not device.current_support().hopper:
         return "portable"
     from .hopper import supports
 
-    reason = supports(block_size, heads, head_dim, next_n)
+    reason = supports(block_size, heads, head_dim, next_n, layout)
     if reason and isinstance(config, HopperConfig):
         raise ValueError(f"the Hopper kernel cannot take this call: {reason}")
     return "portable" if reason else "hopper"
@@ -110,9 +111,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     raises ValueError naming what it lacks.
 
     On an sm90 GPU the Hopper kernel runs when it takes the dimensions (head_dim 128, 16-128 heads, next_n <= 4;
-    any block size: multiples of 16 through TMA, others gathered), else the portable one; ``config`` picks one
-    explicitly (:class:`HopperConfig` or :class:`LaunchConfig`) and sets its launch. The kernel block size is read
-    from ``kv_cache.shape[1]``.
+    natural pages of any size: 16, 32 and multiples of 64 tokens through TMA, others gathered; preshuffled pages
+    through TMA only), else the portable one; ``config`` picks one explicitly (:class:`HopperConfig` or
+    :class:`LaunchConfig`) and sets its launch. The kernel block size is read from ``kv_cache.shape[1]``.
 
     ``check_values=False`` skips the checks that read context lengths and block ids on the host (a device sync);
     the result stays defined for any values: NaN where a row may see a position whose block id is outside the
@@ -142,7 +143,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     max_model_len = dims.max_model_len  # a plain int, whatever integer type the caller passed
     if config is not None and not isinstance(config, (LaunchConfig, HopperConfig)):
         raise TypeError(f"config must be a LaunchConfig or a HopperConfig, got {type(config).__name__}")
-    kernel = kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config)
+    kernel = kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config, layout=layout)
     if kernel == "portable" and isinstance(config, HopperConfig):
         raise ValueError("a HopperConfig needs an sm90 GPU; this process runs the portable kernel")
     out = output_tensor(out, (dims.batch * dims.next_n, max_model_len), q.device)

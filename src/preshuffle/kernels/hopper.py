@@ -10,25 +10,27 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   scales. A block id past the table, the context or the cache becomes -1 or stays out of range: TMA reads such a
   box as zeros (values) and NaN (scales, the descriptor's padding), so no input makes the kernel read outside the
   cache, and the NaN scales make that page's logits NaN (the contract) without the math loading any block id.
-* **A gather where TMA cannot go.** A descriptor's strides must be multiples of 16 bytes, and a page of ``B*132``
-  bytes is one only when 16 divides B. Other pages (block 1, what vLLM negotiates without a kernel that takes
-  ``MultipleOf(16)``) are gathered by a loader warpgroup: each thread copies 4 bytes of 16 keys a chunk with
-  cp.async (the rows are 4-byte aligned), and each thread's copies arrive on the stage's barrier when they land.
+* **A gather where TMA cannot go.** A descriptor's strides must be multiples of 16 bytes (a page of ``B*132``
+  bytes is one when 4 divides B), and a chunk must be whole copies of ``min(B, 64)`` rows: TMA takes pages of 16,
+  32 or a multiple of 64 tokens (:func:`preshuffle.kernels.launch.gathers`). Other pages (block 1, what vLLM
+  negotiates without a kernel that takes ``MultipleOf(16)``; 48 tokens) are gathered by a loader warpgroup: each
+  thread copies 4 bytes of 16 keys a chunk with cp.async (the rows are 4-byte aligned), and each thread's copies
+  arrive on the stage's barrier when they land.
   An invalid block id copies nothing; the math, which loads the block ids a chunk ahead, marks its logits NaN.
 * **The pipeline.** The loader waits for a free stage, posts the bytes it expects on the stage's barrier and
   issues the copies; the math warpgroup waits on the barrier and hands the stage back when its MMA is done.
   Block ids come 32 at a time, one group ahead.
-* **The MMA.** Keys are WGMMA's A operand (M = 64 positions), the queries of up to two rows its B operand
-  (N = 64 or 128 heads), fp32 accumulators. fp8 precision reads both from shared memory in place (DeepGEMM's
+* **The MMA.** Keys are WGMMA's A operand (M = 64 positions), the queries of one or two rows its B operand
+  (N = rows x heads, 16 to 256), fp32 accumulators. fp8 precision reads both from shared memory in place (DeepGEMM's
   numerics). The exact precision loads the keys with ldmatrix, widens them to fp16 in registers (exact) and
   multiplies on fp16 tensor cores; the widened registers are already the fp16 operand once the head dim is
   reordered, so the queries are stored in that order too. Preshuffled pages are copied raw and read through
   the shuffle's own address map: the 16-byte rows a lane needs are contiguous, as on AMD.
 * **Warpgroups per row.** Triton pads the loader warp to a warpgroup, and every warp of a program holds the
   program's register budget, so a program of one math warpgroup costs two warpgroups of registers. With
-  ``row_warpgroups`` each query row gets a math warpgroup of its own (N = 64, 64 registers a thread) reading the
-  same stages, and a stage is free once all of them have arrived: three rows fit two programs an SM (6 math
-  warpgroups) where one warpgroup for four padded rows fits two (2).
+  ``row_warpgroups`` each query row gets a math warpgroup of its own (N = heads; 64 registers a thread at fp8)
+  reading the same stages, and a stage is free once all of them have arrived: three rows fit two programs an SM
+  (6 math warpgroups) where one warpgroup for four padded rows fits two (2).
 * **The split.** Each program owns one sequence and a run of its positions; the launch rule
   (:func:`preshuffle.kernels.launch.hopper_config`) picks how finely rows are split, how deep the ring is and
   whether rows get warpgroups of their own.
@@ -58,8 +60,10 @@ _D = gl.constexpr(HEAD_DIM)
 MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized for
 
 
-def supports(block_size: int, heads: int, head_dim: int, next_n: int) -> str | None:
+def supports(block_size: int, heads: int, head_dim: int, next_n: int, layout: str = "normal") -> str | None:
     """Why this kernel cannot take a problem of these dimensions, or None when it can."""
+    if layout == "shuffle" and gathers(block_size):
+        return f"preshuffled pages of {block_size} tokens would be gathered, and the gather reads natural pages only"
     if head_dim != HEAD_DIM:
         return f"head_dim {head_dim} is not {HEAD_DIM}"
     if heads not in (16, 32, 64, 128):

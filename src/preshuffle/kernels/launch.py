@@ -117,9 +117,12 @@ class HopperConfig:
 
 def gathers(block_size: int) -> bool:
     """Whether the Hopper kernel gathers pages of this size with a loader warpgroup's cp.async copies instead of
-    TMA: a page of B tokens is B*132 bytes, a multiple of 16 bytes (as a TMA descriptor's strides must be) only when
-    16 divides B."""
-    return block_size % 16 != 0
+    TMA. A TMA descriptor's page stride, B*132 bytes, must be a multiple of 16 (B a multiple of 4), and a copy takes
+    ``min(B, 64)`` rows of one page (a box dimension, so a power of two) where a 64-position chunk must be whole
+    copies: B must divide 64 or be a multiple of it. TMA takes the multiples of 16 among those (what vLLM's
+    ``MultipleOf(16)`` backends negotiate; the sizes it is tested with). Pages of 48, 80 or 96 tokens, whose copies
+    cannot tile a chunk, 4 or 8, and every other size are gathered."""
+    return block_size % 16 != 0 or (64 % block_size != 0 and block_size % 64 != 0)
 
 
 def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = False) -> int:
