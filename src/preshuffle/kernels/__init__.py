@@ -19,8 +19,7 @@ from .portable import portable_paged_mqa_logits
 __all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
 
 # The portable kernel's MMA for each precision: fp8 values widened to fp16 (exact products, fp32 sums), or fp8.
-# A LaunchConfig may ask for another MMA of the same precision (fp8 with fp32 promotion, fp16 on decoded values);
-# a GPU without Triton's e4m3 type decodes.
+# A LaunchConfig may ask for fp16 on decoded values, the exact path a GPU without Triton's e4m3 type takes.
 _DOT = {"exact": "fp16", "fp8": "fp8"}
 # Launches of the Hopper kernel for unchecked calls, by the cache's address and the call's scalars, each with a guard
 # over its tensors (dtype, device, sizes, strides: everything else Triton's specialisation and the call's checks

@@ -18,9 +18,9 @@ import triton
 
 from .. import device
 
-# The portable kernel's MMA: fp8, fp8 with fp32 promotion, fp16 on values widened by Triton's e4m3 conversion
-# (sm89 and newer), or fp16 on values decoded with integer instructions (sm80-sm86, where Triton has no e4m3 type).
-DOT_MODES = ("fp8", "fp8-acc32", "fp16", "fp16-decode")
+# The portable kernel's MMA: fp8, fp16 on values widened by Triton's e4m3 conversion (sm89 and newer), or fp16 on
+# values decoded with integer instructions (sm80-sm86, where Triton has no e4m3 type).
+DOT_MODES = ("fp8", "fp16", "fp16-decode")
 REGISTERS_PER_SM = 65536  # on every GPU from sm80 to sm90
 CHUNK, NUM_WARPS, NUM_STAGES = 64, 4, 5
 

@@ -141,8 +141,6 @@ def _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride,
         scores = tl.dot(k, q_t, out_dtype=tl.float32) * 256.0
     elif DOT == "fp16":  # fp8 values are exact in fp16, and fp16 products exact in fp32
         scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
-    elif DOT == "fp8-acc32":  # add each 32-deep MMA into fp32 instead of the tensor core's accumulator
-        scores = tl.dot(k, q_t, out_dtype=tl.float32, max_num_imprecise_acc=32)
     else:
         scores = tl.dot(k, q_t, out_dtype=tl.float32)                           # [CHUNK, NEXT_N_PAD*H]
     # s > 0, so relu(s * x) = s * relu(x): apply the scale once per token, after the head reduction.
