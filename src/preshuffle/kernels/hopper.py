@@ -15,8 +15,8 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   32 or a multiple of 64 tokens (:func:`preshuffle.kernels.launch.gathers`). Other pages (block 1, what vLLM
   negotiates without a kernel that takes ``MultipleOf(16)``; 48 tokens) are gathered by a loader warpgroup: each
   thread copies 4 bytes of 16 keys a chunk with cp.async (the rows are 4-byte aligned), and each thread's copies
-  arrive on the stage's barrier when they land.
-  An invalid block id copies nothing; the math, which loads the block ids a chunk ahead, marks its logits NaN.
+  arrive on the stage's barrier when they land. An invalid block id copies nothing; the math, which loads the block
+  ids a chunk ahead, marks its logits NaN.
 * **The pipeline.** The loader waits for a free stage, posts the bytes it expects on the stage's barrier and
   issues the copies; the math warpgroup waits on the barrier and hands the stage back when its MMA is done.
   Block ids come 32 at a time, one group ahead.
@@ -61,7 +61,7 @@ MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized fo
 
 
 def supports(block_size: int, heads: int, head_dim: int, next_n: int, layout: str = "normal") -> str | None:
-    """Why this kernel cannot take a problem of these dimensions, or None when it can."""
+    """Why this kernel cannot take a problem of these dimensions and cache layout, or None when it can."""
     if layout == "shuffle" and gathers(block_size):
         return f"preshuffled pages of {block_size} tokens would be gathered, and the gather reads natural pages only"
     if head_dim != HEAD_DIM:
