@@ -12,6 +12,7 @@ endif
 VENV_FLAGS_system := --system-site-packages
 CONSTRAINTS_cpu := constraints-cpu.txt
 CONSTRAINTS_cuda := constraints-cuda.txt
+CONSTRAINTS_system := constraints.txt
 # Where PyPI has no CUDA wheel for the platform, the cuda build stops here rather than leave the kernels to
 # Triton's interpreter.
 CHECK_cuda := $(BIN)/python -c 'import sys, torch; torch.version.cuda or sys.exit("pip installed torch " \

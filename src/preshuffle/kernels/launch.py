@@ -148,7 +148,7 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = 
 def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False, block_size: int = 64,
                   programs_per_sm: int | None = None, stages: int | None = None) -> HopperConfig:
     """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape; the
-    gather takes 3 (the same at one query row, 49.6 us instead of 59.0 at B=64 next_n=2: its copies pass through
+    gather takes 3 (the same at one query row, 49.9 us instead of 59.0 at B=64 next_n=2: its copies pass through
     L1, which shares the SM's memory with the ring). Three query rows get a math warpgroup each (10-14% faster than
     one warpgroup for all four padded rows at 64 and 256 sequences); at two rows one warpgroup was 3-5% faster."""
     gather = gathers(block_size)
