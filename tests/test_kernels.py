@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from preshuffle import device, kernels
 from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
@@ -19,13 +19,20 @@ def problem():
 
 
 @settings(max_examples=12)
+@example(precision="fp8", seed=7, block=(16, "shuffle"), next_n=2, ctx_2d=True)  # the fp8 path in every run
 @given(precision=st.sampled_from(["exact", "fp8", None]), seed=st.integers(0, 2**16),
-       block_size=st.sampled_from([1, 16, 64]), next_n=st.integers(1, 3))
-def test_fp8_paged_mqa_logits_holds_the_contract_of_its_precision(precision, seed, block_size, next_n):
-    problem = random_problem([0, 37, 150], next_n=next_n, block_size=block_size, seed=seed, device=DEV)
+       block=st.sampled_from([(1, "normal"), (16, "normal"), (16, "shuffle"), (64, "normal"), (64, "shuffle")]),
+       next_n=st.integers(1, 3), ctx_2d=st.booleans())
+def test_fp8_paged_mqa_logits_holds_the_contract_of_its_precision(precision, seed, block, next_n, ctx_2d):
+    block_size, layout = block
+    problem = random_problem([0, 37, 150], next_n=next_n, block_size=block_size, layout=layout, ctx_2d=ctx_2d,
+                             seed=seed, device=DEV)
     out = torch.full((problem.batch * next_n, problem.max_model_len), float("nan"), device=DEV)
     problem.call(fp8_paged_mqa_logits, precision=precision, out=out)
-    assert meets_contract(check_logits(out, problem), precision or device.current_support().default_precision)
+    # Under Triton's interpreter an fp8 tl.dot is computed exactly (the spec): there both precisions are held to
+    # the exact contract; only a GPU's fp8 accumulator may use the fp8 contract's wider bound.
+    contract = "exact" if device.INTERPRETED else precision or device.current_support().default_precision
+    assert meets_contract(check_logits(out, problem), contract)
 
 
 def test_fp8_paged_mqa_logits_refuses_an_unknown_precision(problem):
