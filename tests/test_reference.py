@@ -1,7 +1,10 @@
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from preshuffle.cache import read_slots
 from preshuffle.reference import (
     fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch, logits_magnitude,
     reference_and_magnitude,
@@ -49,6 +52,62 @@ def test_reference_and_magnitude_is_the_reference_and_logits_magnitude():
     assert_bitwise_equal(magnitude, problem.call(logits_magnitude))
     finite = torch.isfinite(ref)
     assert (magnitude[finite] >= ref[finite].abs()).all() and (magnitude[finite] > 0).any()
+
+
+def test_logits_magnitude_by_hand():
+    """Each logit's sum of |terms|, sum_h |w[r, h]| relu(s_p q[j, h] . k_p), term by term from the cache's bytes
+    (blocks of one token: block id n holds its token at kv[n, 0, 0]), for two query rows of three tokens."""
+    problem = random_problem([3], next_n=2, heads=16, block_size=1, seed=5)
+    q, kv, w, ctx, bt, L = problem.args
+    magnitude = problem.call(logits_magnitude)
+    _, together = problem.call(reference_and_magnitude)
+    for j in range(2):
+        for p in range(2 + j):  # row j sees positions <= 3 - 2 + j
+            record = kv[bt[0, p].item(), 0, 0]
+            k, s = record[:128].view(torch.float8_e4m3fn).double(), record[128:].view(torch.float32).item()
+            terms = [w[j, h].item() * max(s * float(q[0, j, h].double() @ k), 0.0) for h in range(16)]
+            expected = sum(abs(t) for t in terms)
+            assert expected > abs(sum(terms)) * 1.01  # signed weights: the magnitude is not |logit|
+            assert magnitude[j, p].item() == pytest.approx(expected, rel=1e-12)
+            assert together[j, p].item() == pytest.approx(expected, rel=1e-12)
+        assert torch.isneginf(magnitude[j, 2 + j:]).all() and torch.isneginf(together[j, 2 + j:]).all()
+
+
+def _spec_logits(problem, weights):
+    """The spec's formula in float64, written out here: ``sum_h weights[r, h] relu(s_p q[b, j, h] . k_p)`` where row
+    r = b*next_n + j sees p (p <= ctx - next_n + j, or p < ctx[b, j] with 2-D lengths), else -inf; key p read from
+    slot ``block_tables[b, p // B] * B + p % B``."""
+    q, kv, _, ctx, bt, max_model_len = problem.args
+    batch, next_n, block_size = problem.batch, problem.next_n, problem.block_size
+    out = torch.full((batch * next_n, max_model_len), -math.inf, dtype=torch.float64)
+    for b in range(batch):
+        for j in range(next_n):
+            seen = int(ctx[b, j]) if ctx.dim() == 2 else max(int(ctx[b]) - next_n + j + 1, 0)
+            if seen == 0:
+                continue
+            p = torch.arange(seen)
+            values, scales = read_slots(kv, bt[b, p // block_size].long() * block_size + p % block_size,
+                                        layout=problem.layout)
+            dots = values.double() @ q[b, j].double().T                                     # [seen, H]
+            terms = torch.relu(scales.double()[:, None] * dots) * weights[b * next_n + j].double()
+            out[b * next_n + j, :seen] = terms.sum(dim=1)
+    return out
+
+
+@settings(max_examples=10)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=2), st.integers(1, 3),
+       st.sampled_from([(1, "normal"), (16, "normal"), (16, "shuffle")]), st.booleans(), st.integers(0, 999))
+def test_ref_and_magnitude_are_the_specs_sums_of_terms_and_of_their_magnitudes(lens, next_n, block, ctx_2d, seed):
+    block_size, layout = block
+    problem = random_problem(lens, next_n=next_n, heads=16, block_size=block_size, layout=layout, ctx_2d=ctx_2d,
+                             seed=seed)
+    logits, magnitudes = _spec_logits(problem, problem.weights), _spec_logits(problem, problem.weights.abs())
+    ref, together = problem.call(reference_and_magnitude)
+    for got, expected in ((ref, logits), (problem.call(logits_magnitude), magnitudes), (together, magnitudes)):
+        assert torch.equal(torch.isneginf(got), torch.isneginf(expected))
+        finite = torch.isfinite(expected)
+        assert torch.isfinite(got[finite]).all()
+        assert ((got[finite] - expected[finite]).abs() <= 1e-12 * magnitudes[finite]).all()
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.bool, "float64", None])
