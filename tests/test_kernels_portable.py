@@ -148,6 +148,30 @@ def test_fp8_paged_mqa_logits_rejects_bad_values(ok):
         bad(ok, block_tables=tables)()
 
 
+# Sequence 0 of each problem (next_n = 2, blocks of 16) and the table column that gets a bad block id: whether a
+# row reads that block decides whether the checked call must refuse it.
+@pytest.mark.parametrize("bad_id", ["past the cache", "negative"])
+@pytest.mark.parametrize("length, ctx_2d, column, read", [
+    (40, False, 2, True),   # rows see 39 and 40 positions: block 2 is the last, partly read one (32..39)
+    (33, True, 2, True),    # rows see 32 and 33 positions: block 2 is read by the last row, j = 1, alone
+    (33, False, 2, True),   # the same with 1-D lengths (row j sees ctx - next_n + j + 1 positions)
+    (32, True, 2, False),   # rows see 31 and 32 positions: block 2 is just past what any row reads
+    (32, False, 2, False),
+    (40, False, 3, False),
+])
+def test_fp8_paged_mqa_logits_checks_the_block_ids_the_rows_read(length, ctx_2d, column, read, bad_id):
+    problem = random_problem([length, 20], next_n=2, block_size=16, ctx_2d=ctx_2d, seed=6, device=DEV)
+    assert problem.block_tables.shape[1] > column
+    tables = problem.block_tables.clone()
+    tables[0, column] = problem.num_blocks if bad_id == "past the cache" else -3
+    if read:
+        with pytest.raises(ValueError, match=rf"block id {int(tables[0, column])} outside \[0, {problem.num_blocks}\) "
+                                             r"in a block the context reads"):
+            bad(problem, block_tables=tables)()
+    else:
+        check_against_reference(problem.replace(block_tables=tables))
+
+
 def test_fp8_paged_mqa_logits_padding_past_the_context_may_hold_anything(ok):
     tables = ok.block_tables.clone()
     tables[:, -1] = -7  # the spare column: read by no sequence
