@@ -77,6 +77,27 @@ def test_write_k_cache_then_read_slots_returns_what_quantize_k_produced(block_si
     assert torch.equal(scales, expected_scales)
 
 
+@pytest.mark.parametrize("layout", ["normal", "shuffle"])
+@pytest.mark.parametrize("options", [dict(scale_fmt="ue8m0"), dict(fp8_dtype=torch.float8_e4m3fnuz),
+                                     dict(scale_fmt="ue8m0", fp8_dtype=torch.float8_e4m3fnuz)])
+def test_write_k_cache_writes_what_quantize_k_gives_with_its_options(options, layout):
+    g = torch.Generator().manual_seed(8)
+    k = torch.randn(20, 128, generator=g) * torch.rand(20, 1, generator=g) * 5
+    slots = torch.randperm(48, generator=g)[:20]
+    cache, plain = allocate_k_cache(3, 16), allocate_k_cache(3, 16)
+    write_k_cache(cache, k, slots, layout=layout, **options)
+    write_k_cache(plain, k, slots, layout=layout)
+    fp8_dtype = options.get("fp8_dtype", torch.float8_e4m3fn)
+    values, scales = read_slots(cache, slots, layout=layout, fp8_dtype=fp8_dtype)
+    expected_values, expected_scales = quantize_k(k, **options)
+    assert values.dtype == fp8_dtype
+    assert torch.equal(values.view(torch.uint8), expected_values.view(torch.uint8))
+    assert torch.equal(scales, expected_scales)
+    # The options change what is stored: every token's scale bytes differ from the default write's.
+    _, plain_scales = read_slots(plain, slots, layout=layout)
+    assert (scales != plain_scales).all() and not torch.equal(cache, plain)
+
+
 def test_write_k_cache_block_flat_bytes():
     cache = allocate_k_cache(2, 16)
     k = torch.randn(3, 128)
