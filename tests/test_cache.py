@@ -24,9 +24,16 @@ def test_quantize_k_plain_scale_and_floor():
 
 
 def test_quantize_k_fnuz_uses_vllms_224():
-    k = torch.full((1, 128), 2.0)
+    g = torch.Generator().manual_seed(4)
+    k = torch.randn(6, 128, generator=g) * torch.rand(6, 1, generator=g) * 10
+    amax = k.abs().amax(dim=1)
     values, scales = quantize_k(k, fp8_dtype=torch.float8_e4m3fnuz)
-    assert scales.item() == pytest.approx(2.0 / 224) and values.float().max().item() == 224.0
+    assert values.dtype == torch.float8_e4m3fnuz and (amax > 1e-4).all()
+    assert torch.equal(scales, amax / 224)
+    assert (values.float().abs().amax(dim=1) == 224.0).all()  # each token's largest value maps to 224, not 240
+    # e4m3fnuz keeps 3 mantissa bits (relative half-ulp 2^-4); its subnormal step is 2^-10.
+    err = (values.float() * scales[:, None] - k).abs()
+    assert (err <= k.abs() * 2.0**-4 + scales[:, None] * 2.0**-10).all()
 
 
 @pytest.mark.parametrize("fmt", [None, "ue8m0"])
@@ -222,6 +229,7 @@ def test_write_k_cache_skips_non_finite_keys_it_does_not_write():
 @pytest.mark.parametrize("k, exc, message", [
     (torch.randn(2, 128).tolist(), TypeError, r"k must be a tensor \[num_tokens, head_dim\], got list"),
     (torch.randn(2, 1, 128), ValueError, r"k must be 2-D \[num_tokens, head_dim\], got \[2, 1, 128\]"),
+    (torch.randn(2, 128, device="meta"), ValueError, "k is on meta: it holds no values to quantise"),
 ])
 def test_quantize_k_bad_keys(k, exc, message):
     with pytest.raises(exc, match=message):
