@@ -79,13 +79,13 @@ def _spec_logits(problem, weights):
     slot ``block_tables[b, p // B] * B + p % B``."""
     q, kv, _, ctx, bt, max_model_len = problem.args
     batch, next_n, block_size = problem.batch, problem.next_n, problem.block_size
-    out = torch.full((batch * next_n, max_model_len), -math.inf, dtype=torch.float64)
+    out = torch.full((batch * next_n, max_model_len), -math.inf, dtype=torch.float64, device=q.device)
     for b in range(batch):
         for j in range(next_n):
             seen = int(ctx[b, j]) if ctx.dim() == 2 else max(int(ctx[b]) - next_n + j + 1, 0)
             if seen == 0:
                 continue
-            p = torch.arange(seen)
+            p = torch.arange(seen, device=q.device)
             values, scales = read_slots(kv, bt[b, p // block_size].long() * block_size + p % block_size,
                                         layout=problem.layout)
             dots = values.double() @ q[b, j].double().T                                     # [seen, H]
