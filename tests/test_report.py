@@ -7,6 +7,7 @@ import pytest
 
 from preshuffle import negotiation, report
 from preshuffle.shapes import ANCHOR_SHAPES, Shape
+from preshuffle.testing.numeric import CONTRACTS
 
 MTP = [Shape(64, 3, 8192), Shape(256, 3, 8192)]
 
@@ -23,8 +24,17 @@ def test_load_every_timed_row_was_checked_against_its_contract_first(record):
     assert all(r["meets_contract"] and r["same_inf_pattern"] for r in timed)
     # DeepGEMM's repeats too, compared through the reference's -inf pattern (it leaves those positions unwritten).
     assert all(r["bitwise_repeatable"] is True for r in timed)
-    contracts = record["contracts"]
-    assert all(r["max_rel_error"] <= contracts[r["precision"]]["max_rel_error"] for r in timed)
+    # Held to the package's contracts, not to what the file says they were (a widened one would pass itself),
+    # and the file must have recorded those.
+    assert record["contracts"] == CONTRACTS
+    assert all(r["max_rel_error"] <= CONTRACTS[r["precision"]]["max_rel_error"] for r in timed)
+    assert all(r["calc_diff"] <= CONTRACTS["fp8"]["calc_diff"] for r in timed if r["precision"] == "fp8")
+
+
+def test_the_packages_contracts_are_the_specs():
+    # paged-mqa-logits.md, "Accuracy": exact, per-logit error <= 1e-5 of the sum of |terms|; fp8, <= 1e-3 and
+    # calc_diff vs float64 <= 1e-7.
+    assert CONTRACTS == {"exact": {"max_rel_error": 1e-5}, "fp8": {"max_rel_error": 1e-3, "calc_diff": 1e-7}}
 
 
 def test_load_shares_follow_from_bytes_and_time(record):
