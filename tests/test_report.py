@@ -367,3 +367,13 @@ def test_next_n_3_counts_in_its_own_target_only():
     checks = targets_by_name(record)
     assert [name for name, c in checks.items() if not c["met"]] == ["next_n = 3"]
     assert checks["next_n = 3"]["value"] == 0.5 and checks["fp8 path <= DeepGEMM's time"]["value"] == 0.5
+
+
+def test_a_run_without_next_n_3_misses_that_target_and_still_prints():
+    record = synthetic_record()
+    record["rows"] = [r for r in record["rows"] if Shape(**r["shape"]) != MTP_SHAPE]
+    checks = targets_by_name(record)
+    assert checks["next_n = 3"]["value"] is None and not checks["next_n = 3"]["met"]
+    assert all(c["met"] for name, c in checks.items() if name != "next_n = 3")
+    line = report.format_targets(list(checks.values())).splitlines()[list(checks).index("next_n = 3")]
+    assert line.startswith("MISS  next_n = 3") and line.endswith(": not measured")

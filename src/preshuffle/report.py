@@ -278,7 +278,8 @@ def targets(record: dict) -> list[dict]:
 
 
 def format_targets(checks: list[dict]) -> str:
-    return "\n".join(f"{'met ' if c['met'] else 'MISS'}  {c['target']}: {c['value']:.2f}" for c in checks)
+    return "\n".join(f"{'met ' if c['met'] else 'MISS'}  {c['target']}: "
+                     + ("not measured" if c["value"] is None else f"{c['value']:.2f}") for c in checks)
 
 
 # The explorers' readers.
