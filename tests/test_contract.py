@@ -36,6 +36,13 @@ def test_check_inputs_refuses_tensors_on_meta(args):
         check_inputs(*(t.to("meta") for t in args[:5]), args[5])
 
 
+@pytest.mark.parametrize("index", [0, 2, 3, 4])  # q, weights, context_lens or block_tables; kv_cache on the CPU
+def test_check_inputs_refuses_tensors_on_two_devices(args, index):
+    moved = [t.to("meta") if i == index else t for i, t in enumerate(args[:5])]
+    with pytest.raises(ValueError, match=r"^all tensors must be on one device, got \['cpu', 'meta'\]$"):
+        check_inputs(*moved, args[5])
+
+
 def test_check_inputs_refuses_no_query_rows(args):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = args
     with pytest.raises(ValueError, match=r"q must have next_n >= 1, got \[2, 0, 16, 128\]"):
