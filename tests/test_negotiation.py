@@ -272,7 +272,19 @@ def test_slot_mapping_bad_arguments():
     assert neg.slot_mapping([1, -1], [3], 16).tolist() == [19]  # an unread entry may hold padding
 
 
+def test_slot_mapping_refuses_a_negative_position():
+    # Unchecked, -1 would read table[-1] and give slot 4 * 16 + 15 = 79 of another position.
+    with pytest.raises(ValueError, match="^positions must be non-negative$"):
+        neg.slot_mapping([3, 4], [5, -1], 16)
+
+
 @pytest.mark.parametrize("table", [[[0, 1], [2, 3]], 5])
 def test_slot_mapping_refuses_a_table_that_is_not_one_sequences(table):
     with pytest.raises(ValueError, match=r"block_table must be one sequence's 1-D table \[max_blocks\], got shape"):
         neg.slot_mapping(table, [2, 3], 1)
+
+
+@pytest.mark.parametrize("platform", ["tpu", "CUDA"])
+def test_indexer_kernel_refuses_an_unknown_platform(platform):
+    with pytest.raises(ValueError, match=rf"^platform must be one of \('cuda', 'rocm'\), got '{platform}'$"):
+        neg.indexer_kernel(64, platform)
