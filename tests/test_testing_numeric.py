@@ -104,6 +104,12 @@ def test_compare_logits_bad_arguments():
         compare_logits(ref.tolist(), ref, ref)
 
 
+def test_meets_contract_refuses_an_unknown_precision():
+    verdict = {"same_inf_pattern": True, "max_rel_error": 0.0, "finite": 1}
+    with pytest.raises(ValueError, match=r"^precision must be one of \('exact', 'fp8'\), got 'fp16'$"):
+        meets_contract(verdict, "fp16")
+
+
 def test_calc_diff_refuses_shapes_that_differ():
     x = torch.randn(2, 3)
     with pytest.raises(ValueError, match=r"x has shape \[3\] but y \[2, 3\]"):
