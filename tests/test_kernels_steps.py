@@ -51,6 +51,12 @@ def test_one_block_logits_matches_the_reference(problem):
         one_block_logits(q[0, 0], kv[0], w[:1])
     with pytest.raises(ValueError, match=r"block must be \[block_size, 1, 132\] .* got \[16, 132\]"):
         one_block_logits(q[0, 0], kv[0, :, 0], w[0])
+    with pytest.raises(TypeError, match=r"^block must be uint8 and weights_row float32, got torch.int8 and "
+                                        r"torch.float32$"):
+        one_block_logits(q[0, 0], kv[0].view(torch.int8), w[0])
+    with pytest.raises(TypeError, match=r"^block must be uint8 and weights_row float32, got torch.uint8 and "
+                                        r"torch.float64$"):
+        one_block_logits(q[0, 0], kv[0], w[0].double())
 
 
 RUNGS = {  # chapter 3's steps 3-7: each switch of chunked_logits turned on in the ladder's order
