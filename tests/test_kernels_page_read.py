@@ -68,6 +68,8 @@ def test_page_read_stops_at_max_model_len():
     ("context_lens_list", TypeError, "context_lens must be an int32 tensor, got list"),
     ("context_lens_2d", ValueError, r"context_lens must be \[B\], got \[1, 1\]"),
     ("block_tables", ValueError, r"block_tables must be \[B=1, width\], got \[2, \d+\]"),
+    ("context_lens_meta", ValueError, r"context_lens and block_tables must be on kv_cache's device (cpu|cuda)"),
+    ("block_tables_meta", ValueError, r"context_lens and block_tables must be on kv_cache's device (cpu|cuda)"),
     ("max_model_len", ValueError, "max_model_len must be a positive int, got 0"),
     ("max_model_len_float", TypeError, "max_model_len must be a positive int, got float 23.0"),
     ("max_model_len_str", TypeError, "max_model_len must be a positive int, got str '23'"),
@@ -84,6 +86,8 @@ def test_page_read_refuses_what_it_cannot_read(case, error, message):
                    "context_lens_list": ("context_lens", [20]),
                    "context_lens_2d": ("context_lens", context_lens[:, None]),
                    "block_tables": ("block_tables", torch.cat([block_tables, block_tables])),
+                   "context_lens_meta": ("context_lens", context_lens.to("meta")),
+                   "block_tables_meta": ("block_tables", block_tables.to("meta")),
                    "max_model_len": ("max_model_len", 0), "max_model_len_float": ("max_model_len", 23.0),
                    "max_model_len_str": ("max_model_len", "23"),
                    "tokens": ("tokens", 48), "tokens_float": ("tokens", 64.0)}[case]
