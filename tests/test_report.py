@@ -184,6 +184,11 @@ def test_nearest_shape_rejects_bad_sizes(record, args, message):
         report.nearest_shape(record, *args)
 
 
+def test_nearest_shape_of_a_run_with_no_rows():
+    with pytest.raises(ValueError, match="^record has no measured rows$"):
+        report.nearest_shape({"rows": []}, 64, 8192, 1)
+
+
 @pytest.mark.parametrize("precision", ["exact", "fp8"])
 def test_workload_bars_are_the_results_numbers(record, precision):
     variants = ["block1", "block16-normal", "block16-shuffle", "block64-normal", "block64-shuffle"]
