@@ -3,6 +3,7 @@ Triton's builder; it opens libcuda only to launch)."""
 
 import shutil
 import sysconfig
+import types
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,12 @@ def test_parameters_refuse_what_they_cannot_lay_out():
         preset_launch.parameters(["i32"], (1, 2))
     with pytest.raises(ValueError, match="no layout for a parameter of type 'bf16'"):
         preset_launch.parameters(["bf16"], (1.0,))
+
+
+def test_preset_refuses_a_kernel_of_clusters_before_reading_anything_else():
+    compiled = types.SimpleNamespace(metadata=types.SimpleNamespace(num_ctas=2))  # no signature, no function
+    with pytest.raises(ValueError, match="^a preset launch takes kernels of one CTA a cluster$"):
+        preset_launch.preset(compiled, (), (1, 1), 0)
 
 
 @needs_compiler
