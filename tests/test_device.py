@@ -155,6 +155,13 @@ def test_version_flag_prints_versions_device_and_paths():
         assert lines[3].startswith("kernels: Triton interpreter") and lines[4] == "kernel paths: exact (default), fp8"
 
 
+def test_require_kernel_devices_in_a_cuda_process_names_the_tensor_off_the_gpu(monkeypatch):
+    monkeypatch.setattr(device, "INTERPRETED", False)   # read at each call: this process compiles for CUDA
+    with pytest.raises(ValueError, match="^weights is on cpu, but kernels are compiled for CUDA in this process: pass "
+                                         "CUDA tensors, or set TRITON_INTERPRET=1"):
+        device.require_kernel_devices(weights=torch.empty(1))
+
+
 @pytest.mark.skipif(not device.INTERPRETED, reason="the CPU-tensor message is for interpreter runs")
 def test_require_kernel_devices_names_the_tensor():
     device.require_kernel_devices(q=torch.empty(1))
