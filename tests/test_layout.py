@@ -25,12 +25,25 @@ def test_offset_map_shuffle_is_a_bijection_of_the_value_region(block_size):
     assert torch.equal(offsets.sort().values, torch.arange(block_size * 128))
 
 
-@given(multiples_of_16, st.data())
-def test_offset_map_agrees_with_the_scalar_formula(block_size, data):
-    t = data.draw(st.integers(0, block_size - 1))
-    d = data.draw(st.integers(0, 127))
-    assert offset_map(block_size, 128, "shuffle")[t, d] == shuffle_offset(t, d, block_size)
-    assert offset_map(block_size, 128, "normal")[t, d] == normal_offset(t, d, block_size)
+def _shuffled_by_definition(values: torch.Tensor) -> torch.Tensor:
+    """indexer-k-cache.md's definition, built without the package's formula: the block is cut into 16-token x
+    16-dim tiles; tiles go token-group by token-group, and within a group dim-tile after dim-tile; inside a tile each
+    token's 16 dims are contiguous, token after token (for B=16, D=128: ``[8 dim-tiles][16 tokens][16 bytes]``)."""
+    *lead, b, d = values.shape
+    tiles = values.reshape(*lead, b // 16, 16, d // 16, 16)  # [token group][token in tile][dim tile][dim in tile]
+    return tiles.transpose(-3, -2).reshape(*lead, b * d)     # [token group][dim tile][token in tile][dim in tile]
+
+
+@given(multiples_of_16, multiples_of_16)
+def test_offset_map_and_preshuffle_match_the_tiles_built_by_their_definition(block_size, head_dim):
+    natural = torch.arange(block_size * head_dim).reshape(block_size, head_dim)  # each value is its NORMAL byte
+    expected = _shuffled_by_definition(natural)
+    # Byte offset_map[t, d] of the shuffled block holds value (t, d); and NORMAL is the natural order itself.
+    assert torch.equal(expected[offset_map(block_size, head_dim, "shuffle")], natural)
+    assert torch.equal(offset_map(block_size, head_dim, "normal"), natural)
+    assert torch.equal(preshuffle(natural.expand(2, -1, -1)), expected.expand(2, -1))
+    t, d = block_size - 1, head_dim - 1
+    assert expected[shuffle_offset(t, d, block_size, head_dim)] == natural[t, d]
 
 
 @given(multiples_of_16, st.integers(0, 2**16))
