@@ -1,8 +1,15 @@
-import pytest
+from unittest import mock
 
-from preshuffle import device
+import pytest
+from hypothesis import given, strategies as st
+
+from preshuffle import device, report
 from preshuffle.kernels import LaunchConfig
 from preshuffle.kernels import launch
+
+
+def cdiv(a, b):
+    return -(-a // b)
 
 
 def test_launch_config_validation():
@@ -14,20 +21,102 @@ def test_launch_config_validation():
         LaunchConfig(dot="tf32")
 
 
-def test_default_programs_per_sm_is_the_measured_rule():
-    assert [launch.default_programs_per_sm(b) for b in (1, 64, 127, 128, 256, 4096)] == [4, 4, 4, 16, 16, 16]
+def _portable_sweep():
+    """results/h200-portable-703f0c9.json's fp16 rows of block 64, natural layout (what benchmarks/NOTES.md part 1
+    tuned the rule on), by shape, each timed at 1, 2, 4, 8 and 16 programs per SM; and the GPU's SMs."""
+    record = report.load(report.RESULTS / "h200-portable-703f0c9.json")
+    shapes = {}
+    for r in record["rows"]:
+        if r["kind"] == "kernel" and r["variant"] == "block64-normal":
+            assert r["meets_rtol"] and r["same_inf_pattern"], r  # timed only once checked
+            s = r["shape"]
+            shapes.setdefault((s["batch"], s["next_n"], s["avg_ctx"]), []).append(r)
+    assert len(shapes) == 8 and all(sorted(r["programs_per_sm"] for r in rows) == [1, 2, 4, 8, 16]
+                                    for rows in shapes.values())
+    return shapes, record["provenance"]["sms"]
 
 
-@pytest.mark.parametrize("batch, max_model_len, splits", [(64, 8192, 9), (4096, 8192, 1), (1, 100, 2), (8, 65536, 66)])
-def test_config_for_puts_a_few_programs_on_each_sm(monkeypatch, batch, max_model_len, splits):
-    monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
-    config = launch.config_for(batch, max_model_len)
-    chunks = -(-max_model_len // launch.CHUNK)
-    assert config.tokens_per_program == -(-chunks // splits) * launch.CHUNK  # never below one chunk a program
-    assert (config.chunk, config.num_warps, config.num_stages) == (launch.CHUNK, launch.NUM_WARPS, launch.NUM_STAGES)
-    assert launch.config_for(batch, max_model_len, dot="fp8").dot == "fp8"
+# NOTES part 1 (runs 2 and 4): "4 was best or within 3% for batches <= 64, 16 for 128-256; 4096 is flat". The final
+# sweep bears that out on six of its eight shapes; on these two the rule is further off its fastest split, which the
+# test records rather than hides (B=1 ctx 128K: 2 per SM is 4.8% faster; B=64 next_n=2: 8 per SM is 10.8% faster).
+FURTHER_OFF = {(1, 1, 131072): 1.05, (64, 2, 8192): 1.11}
+
+
+def test_the_portable_rule_is_the_committed_sweeps_fastest_split_or_close(monkeypatch):
+    shapes, sms = _portable_sweep()
+    monkeypatch.setattr(launch, "multiprocessor_count", lambda: sms)
+    for (batch, next_n, ctx), rows in shapes.items():
+        rule = launch.default_programs_per_sm(batch)
+        # The launch the sweep marked as the rule's is today's rule, with its compiled configuration.
+        [marked] = [r for r in rows if r["rule"]]
+        assert marked["programs_per_sm"] == rule, (batch, next_n, ctx)
+        config = launch.config_for(batch, 8192)
+        assert {k: marked["config"][k] for k in ("chunk", "num_warps", "num_stages", "dot")} == \
+            {"chunk": config.chunk, "num_warps": config.num_warps, "num_stages": config.num_stages, "dot": config.dot}
+        fastest = min(r["us"] for r in rows)
+        mine = marked["us"] / fastest
+        bound = FURTHER_OFF.get((batch, next_n, ctx), 1.03)
+        assert mine <= bound, (batch, next_n, ctx, rule, mine)
+        if bound > 1.03:  # still an exception: the list must not outlive what it records
+            assert mine > 1.03, (batch, next_n, ctx, mine)
+
+
+def _split_row(sms, *args):
+    with mock.patch.object(launch, "multiprocessor_count", return_value=sms):
+        return launch.split_row(*args)
+
+
+@given(batch=st.integers(1, 8192), max_model_len=st.integers(1, 300_000), programs_per_sm=st.integers(1, 32),
+       sms=st.sampled_from([1, 16, 78, 108, 132, 144]), chunk=st.sampled_from([16, 32, 64, 128]))
+def test_split_row_covers_each_row_once_in_whole_chunks_with_about_the_programs_asked(
+        batch, max_model_len, programs_per_sm, sms, chunk):
+    run = _split_row(sms, batch, max_model_len, programs_per_sm, chunk)
+    chunks = cdiv(max_model_len, chunk)
+    # A program's run is whole chunks, at least one, and no more than the row's.
+    assert run % chunk == 0 and chunk <= run <= chunks * chunk
+    # The kernels launch cdiv(max_model_len, run) programs a row, program p taking [p*run, min((p+1)*run, len)):
+    # every position of the row in exactly one of them, and none of them empty.
+    programs = cdiv(max_model_len, run)
+    assert (programs - 1) * run < max_model_len <= programs * run
+    # Never more programs than asked for (programs_per_sm x SMs, rounded up to whole sequences) ...
+    asked = cdiv(programs_per_sm * sms, batch)
+    assert programs <= asked
+    # ... and the shortest run that keeps to that: one chunk shorter would launch more.
+    if run > chunk:
+        assert cdiv(max_model_len, run - chunk) > asked
+    # So, when the row has that many chunks, more than half the programs asked for.
+    if chunks >= asked:
+        assert 2 * programs > asked
+    # A batch that fills the SMs by itself gets one program a sequence.
+    if batch >= programs_per_sm * sms:
+        assert programs == 1
+
+
+@given(batch=st.integers(1, 8192), max_model_len=st.integers(1, 300_000))
+def test_split_row_gives_more_programs_per_sm_no_fewer_programs(batch, max_model_len):
+    runs = [_split_row(132, batch, max_model_len, pps) for pps in (1, 2, 4, 8, 16)]
+    assert runs == sorted(runs, reverse=True)
+
+
+@given(batch=st.integers(1, 8192), max_model_len=st.integers(1, 300_000), programs_per_sm=st.integers(1, 32))
+def test_config_for_is_split_row_at_the_rule_in_the_tuned_configuration(batch, max_model_len, programs_per_sm):
+    with mock.patch.object(launch, "multiprocessor_count", return_value=132):
+        config = launch.config_for(batch, max_model_len)
+        assert config.tokens_per_program == launch.split_row(batch, max_model_len,
+                                                             launch.default_programs_per_sm(batch))
+        asked = launch.config_for(batch, max_model_len, programs_per_sm=programs_per_sm)
+        assert asked.tokens_per_program == launch.split_row(batch, max_model_len, programs_per_sm)
+        assert launch.config_for(batch, max_model_len, dot="fp8").dot == "fp8"
+    # Its chunk, warps, stages and MMA are the ones the committed sweep timed (checked above against its rows).
+    assert (asked.chunk, asked.num_warps, asked.num_stages, asked.dot) == \
+        (config.chunk, config.num_warps, config.num_stages, config.dot)
 
 
 @pytest.mark.skipif(not device.INTERPRETED, reason="the interpreter's rule")
-def test_default_config_gives_each_sequence_one_program_under_the_interpreter():
-    assert launch.default_config(4, 130) == LaunchConfig(64, 192)
+@given(batch=st.integers(1, 4096), max_model_len=st.integers(1, 300_000))
+def test_default_config_gives_each_sequence_one_program_under_the_interpreter(batch, max_model_len):
+    config = launch.default_config(batch, max_model_len)
+    assert config.chunk == 64
+    # One program covers the whole row, in whole chunks: the least multiple of the chunk that reaches its end.
+    assert max_model_len <= config.tokens_per_program < max_model_len + config.chunk
+    assert config.tokens_per_program % config.chunk == 0
