@@ -59,12 +59,14 @@ def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables,
     qf, wf = q.double().tolist(), weights.double().tolist()
     out = [[-math.inf] * max_model_len for _ in range(p.batch * p.next_n)]
     for b in range(p.batch):
-        slots = sequence_slots(block_tables[b], max(lens[b]), p.block_size)
+        # The sequence's keys, read once for all its query rows.
+        values, scales = read_slots(kv_cache, sequence_slots(block_tables[b], max(lens[b]), p.block_size),
+                                    layout=layout, fp8_dtype=q.dtype)
+        keys, key_scales = values.double().tolist(), scales.double().tolist()
         for j in range(p.next_n):
             r = b * p.next_n + j
             for pos in range(lens[b][j]):
-                values, scale = read_slots(kv_cache, slots[pos:pos + 1], layout=layout, fp8_dtype=q.dtype)
-                k, s = values[0].double().tolist(), float(scale[0])
+                k, s = keys[pos], key_scales[pos]
                 total = 0.0
                 for h in range(p.heads):
                     dot = sum(qd * kd for qd, kd in zip(qf[b][j][h], k))
