@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from preshuffle import device
+from preshuffle import device, report
 from preshuffle.__main__ import main
 
 
@@ -68,3 +68,19 @@ def test_negotiate_help_states_the_exit_status(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert exit_.value.code == 0
     assert "exit status 1 when a negotiation fails or the indexer kernel would reject the negotiated size" in text
+
+
+def test_main_results_prints_the_committed_run_as_a_markdown_table(capsys):
+    assert main(["results"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("| B, next_n, ctx |") and set(lines[1]) == {"|", "-"}
+    rows = [line for line in lines[2:] if line.startswith("| ")]
+    assert len(rows) == len(report.shapes(report.load()))
+    assert "copy ceiling" in out and "DeepGEMM" in out
+
+
+def test_main_results_names_a_missing_file(tmp_path, capsys):
+    missing = tmp_path / "none.json"
+    with pytest.raises(FileNotFoundError, match="none.json"):
+        main(["results", "--file", str(missing)])

@@ -1,4 +1,5 @@
-"""Command line: ``python -m preshuffle negotiate ...``, ``python -m preshuffle bench ...`` and
+"""Command line: ``python -m preshuffle negotiate ...``, ``python -m preshuffle bench ...``,
+``python -m preshuffle results`` (the README's table) and
 ``python -m preshuffle --version`` (versions, device, and the kernel paths it runs)."""
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def _bench(args) -> int:
     return 0
 
 
+def _results(args) -> int:
+    from . import report
+
+    print(report.results_table(report.load(args.file) if args.file else report.load()))
+    return 0
+
+
 class _VersionAction(argparse.Action):
     """``--version``: print :func:`preshuffle.device.version_report` and exit, before any subcommand is needed."""
 
@@ -108,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--no-torch", action="store_true", help="skip the vectorised PyTorch baseline")
     ben.add_argument("--out", help="write the results (with provenance) to this JSON file as they come")
     ben.set_defaults(run=_bench)
+
+    res = commands.add_parser("results", help="the committed H200 run as the README's Markdown table")
+    res.add_argument("--file", help="a results file of `bench` (default: results/h200.json)")
+    res.set_defaults(run=_results)
     return parser
 
 

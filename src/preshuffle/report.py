@@ -226,6 +226,35 @@ def format_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _ratio(value) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def results_table(record: dict) -> str:
+    """The headline results as a Markdown table, one row per shape of the run: our fp8 path on DeepGEMM's cache beside
+    DeepGEMM in the same run (flattened rows where its kernel does not take next_n), its share of the copy ceiling,
+    the exact path, and what 16-token preshuffled pages cost against 64-token ones. ``python -m preshuffle results``
+    prints it, and the README holds its output."""
+    lines = ["| B, next_n, ctx | ours fp8 (us) | DeepGEMM (us) | ours / DeepGEMM | % of copy ceiling | exact / DeepGEMM "
+             "| 16-token preshuffled / 64-token pages |",
+             "|---|---|---|---|---|---|---|"]
+    flattened = False
+    for r in summary(record):
+        s = r["shape"]
+        dg = "-" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}"
+        if r["deepgemm"] == "deepgemm-flattened":
+            dg, flattened = dg + " (flattened)", True
+        lines.append(f"| {s.batch}, {s.next_n}, {s.avg_ctx // 1024}K | {r['fp8_us']:.1f} | {dg} | "
+                     f"{_ratio(r['fp8_over_deepgemm'])} | {r['fp8_pct']:.0f}% | {_ratio(r['exact_over_deepgemm'])} | "
+                     f"{_ratio(r['block16-shuffle_over_block64'])} |")
+    lines.append("")
+    lines.append(provenance_line(record) + ".")
+    if flattened:
+        lines.append("Flattened: DeepGEMM on the same rows as next_n = 1 sequences, as vLLM runs what DeepGEMM's SM90 "
+                     "kernel does not take.")
+    return "\n".join(lines)
+
+
 def provenance_line(record: dict) -> str:
     p = record["provenance"]
     line = (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
