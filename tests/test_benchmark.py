@@ -90,13 +90,21 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
                         lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=16))
     record = benchmark.run([shape], ("block1", "block64-normal"))
     rows = record["rows"]
-    assert all(r["meets_contract"] and r["us"] == 500.0 for r in rows)
+    loops = [r for r in rows if r["kernel"] == "loops"]
+    assert len(loops) == 1 and loops[0]["meets_contract"] and loops[0]["us"] > 0  # timed on the host, not stubbed
+    assert loops[0]["positions"] == benchmark.LOOPS_POSITIONS and loops[0]["finite"] <= benchmark.LOOPS_POSITIONS
+    assert all(r["meets_contract"] and r["us"] == 500.0 for r in rows if r["kernel"] != "loops")
     rules = [(r["variant"], r["precision"], r["timing"]) for r in rows if r.get("rule")]
     assert rules == [("block1", "fp8", "graph"), ("block1", "exact", "graph"), ("block64-normal", "fp8", "graph"),
                      ("block64-normal", "exact", "graph"), ("block64-normal", "fp8", "eager"),
                      ("block64-normal", "fp8", "graph-clean-l2")]
-    assert [r["step"] for r in rows if r.get("step")] == ["chapter 3's kernel (exact)", "fp8 MMA"]
-    assert [r["kernel"] for r in rows if not r.get("rule") and not r.get("step")] == ["torch"]
+    chapter3 = [step for step, _, _, _ in benchmark.chapter3_ladder(inputs.random_problem([5]))]
+    assert [(r["chapter"], r["step"]) for r in rows if r.get("step")] == [
+        (3, "scalar loops (Python)"), (3, "vectorised PyTorch, float64 (the reference)"),
+        (3, "vectorised PyTorch, fp32"), *((3, step) for step in chapter3),
+        (5, "chapter 3's kernel (exact)"), (5, "fp8 MMA")]
+    assert [r["kernel"] for r in rows if not r.get("rule") and not r.get("step")] == []  # the baseline is a step
+    assert [s["step"] for s in report.ladder(record, shape, chapter=3)][-1] == "scales a chunk ahead"
     # The portable kernel launches through Triton's JIT every call: no kept launch whose parts to time alone.
     # The call's time and its profile are one measurement.
     assert record["host_us"] == [{"shape": {"batch": 2, "next_n": 1, "avg_ctx": 100}, "kernel": "portable", "us": 9.5,

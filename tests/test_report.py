@@ -382,3 +382,19 @@ def test_a_run_without_next_n_3_misses_that_target_and_still_prints():
     assert all(c["met"] for name, c in checks.items() if name != "next_n = 3")
     line = report.format_targets(list(checks.values())).splitlines()[list(checks).index("next_n = 3")]
     assert line.startswith("MISS  next_n = 3") and line.endswith(": not measured")
+
+
+def test_ladder_of_chapter_3_gives_every_step_its_time_per_logit():
+    shape = {"batch": 2, "next_n": 1, "avg_ctx": 100}
+    rows = [{"shape": shape, "step": "scalar loops (Python)", "chapter": 3, "kernel": "loops", "precision": "exact",
+             "us": 2e5, "finite": 100, "pct_copy": 1e-4, "max_rel_error": 1e-16, "positions": 100},
+            {"shape": shape, "step": "a program walks its row in chunks", "chapter": 3, "kernel": "steps",
+             "precision": "exact", "us": 8.0, "finite": 200, "pct_copy": 5.0, "max_rel_error": 1e-7},
+            {"shape": shape, "step": "chapter 3's kernel (exact)", "kernel": "portable", "precision": "exact",
+             "us": 4.0, "finite": 200, "pct_copy": 10.0, "max_rel_error": 1e-7}]
+    record = {"rows": rows}
+    steps = report.ladder(record, Shape(2, 1, 100), chapter=3)
+    assert [s["ns_per_logit"] for s in steps] == [2e6, 40.0]
+    assert [s["step"] for s in report.ladder(record, Shape(2, 1, 100))] == ["chapter 3's kernel (exact)"]
+    text = report.format_ladder(steps)
+    assert text.splitlines()[1].split()[-4] == "200000.0*" and text.endswith("* on the first 100 positions of one sequence")

@@ -7,7 +7,7 @@ and the copy ceiling of the same run from :mod:`preshuffle.testing.timing`, byte
 A row is one implementation on one problem: ``kernel`` (hopper, portable, tl-tma, deepgemm, deepgemm-flattened,
 torch), ``precision``, ``variant`` (cache block size and layout), ``shape``, ``timing`` (graph replay, eager call,
 or graph replay with a clean L2 flush), ``rule`` (the launch a caller gets), ``step`` (chapter 5's ladder), the
-verdict and the time.
+verdict and the time; ladder rows carry ``chapter`` (3 or 5), the chapter whose step they measure.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import datetime
 import os
 import platform
 import subprocess
+import time
 from dataclasses import asdict
 
 import torch
@@ -23,10 +24,12 @@ import torch
 from . import deepgemm
 from .kernels import HopperConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, hopper_config, whole_row
+from .kernels.steps import chunked_logits, per_block_grid_logits
 from .kernels.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
 from .problem import PagedMQAProblem
-from .reference import fp8_paged_mqa_logits_torch, reference_and_magnitude
+from .reference import (fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch,
+                        reference_and_magnitude)
 from .shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from .testing import timing
 from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem
@@ -38,6 +41,8 @@ RUN_ORDER = tuple(reversed(PRECISIONS))  # fp8 first: the rows a reader compares
 MTP_SHAPES = (Shape(64, 3, 8192), Shape(256, 3, 8192))
 LADDER_SHAPES = (Shape(64, 1, 8192), Shape(4096, 1, 8192))
 HOST_SHAPES = (Shape(1, 1, 131072), Shape(64, 1, 8192))
+# The scalar loops run on one sequence's first positions: the whole shape would take hours of Python.
+LOOPS_POSITIONS = 128
 SPLITS = (1, 2, 4, 8)  # programs per SM tried beside the launch rule (block64-normal, fp8)
 SHAPES = ANCHOR_SHAPES + MTP_SHAPES
 REPEATS = 20  # runs of every implementation compared bit for bit before it is timed
@@ -125,6 +130,42 @@ def torch_baseline_fits(shape: Shape, limit_bytes: int = 24 << 30) -> bool:
     return shape.batch * n * (HEAD_DIM + 2 * shape.next_n * HEADS) * 4 < limit_bytes
 
 
+def chapter3_ladder(problem: PagedMQAProblem) -> list[tuple[str, str, object, bool]]:
+    """Chapter 3's Triton steps, from the spec's naive kernel to the ideas its portable kernel starts from, each one
+    idea: (step, kernel, call, whether a CUDA graph can capture it). All add exact products in fp32. Before them the
+    chapter measures the scalar loops (:func:`loops_step`) and vectorised PyTorch in float64 and fp32; chapter 5's
+    ladder starts where this one ends."""
+    def chunked(**switches):
+        return lambda: problem.call(chunked_logits, **switches)
+
+    return [
+        ("Triton: a program per (sequence, block)", "steps", lambda: problem.call(per_block_grid_logits), True),
+        ("a program walks its row in chunks", "steps", chunked(), True),
+        ("keys as the MMA's A operand", "steps", chunked(keys_as_a=True), True),
+        ("the scale after the head sum", "steps", chunked(keys_as_a=True, scale_after_sum=True), True),
+        ("scales a chunk ahead", "steps", chunked(keys_as_a=True, scale_after_sum=True, scales_ahead=True), True),
+    ]
+
+
+def loops_step(problem: PagedMQAProblem, copy_bytes_per_s: float) -> dict:
+    """The scalar-loop version (chapter 3's first step) on the first :data:`LOOPS_POSITIONS` positions of the first
+    sequence: checked against the float64 reference there, then timed once on the host (seconds of Python); its
+    bytes and share of the copy ceiling are those of that sub-problem."""
+    sub = problem.replace(q=problem.q[:1], weights=problem.weights[:problem.next_n],
+                          context_lens=problem.context_lens[:1].clamp(max=LOOPS_POSITIONS),
+                          block_tables=problem.block_tables[:1], max_model_len=LOOPS_POSITIONS)
+    reference = sub.call(reference_and_magnitude)
+    start = time.perf_counter()
+    out = sub.call(fp8_paged_mqa_logits_loops)
+    seconds = time.perf_counter() - start
+    verdict = compare_logits(out.to(reference[0].device), *reference)
+    verdict["meets_contract"] = meets_contract(verdict, "exact")
+    if not verdict["meets_contract"]:
+        return verdict
+    return {**verdict, "us": seconds * 1e6, "positions": LOOPS_POSITIONS, "bytes": sub.bytes,
+            "pct_copy": 100 * sub.bytes / seconds / copy_bytes_per_s}
+
+
 def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object]]:
     """Chapter 5's steps from chapter 3's kernel to the Hopper kernel, one idea each: (step, kernel, precision,
     call). The last step is the launch rule, what a caller gets; where the Hopper kernel does not run (another GPU),
@@ -196,8 +237,8 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
     """The whole measurement: the copy ceiling and the timer's floor, then for every shape and cache our kernel in
     both precisions; on DeepGEMM's cache (block64-normal) also DeepGEMM (or, for next_n = 3, DeepGEMM on the
     flattened rows), the splits beside the launch rule, the eager call, the host's time per call (and its parts)
-    and a clean-L2 flush on :data:`HOST_SHAPES`, chapter 5's ladder on :data:`LADDER_SHAPES`, and the vectorised
-    PyTorch baseline where it fits."""
+    and a clean-L2 flush on :data:`HOST_SHAPES`, chapters 3 and 5's ladders on :data:`LADDER_SHAPES`, and the
+    vectorised PyTorch baseline where it fits."""
     from tqdm.auto import tqdm
 
     timing.refuse_interpreter()
@@ -252,14 +293,28 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                     add(shape, name, kernel="deepgemm", precision="fp8", timing="graph-clean-l2",
                         **measure(deepgemm.logits_fn(dg, problem), problem, reference, precision="fp8",
                                   copy_bytes_per_s=ceiling, masked=True, clean_l2=True))
-            if steps and shape in LADDER_SHAPES:
-                for step, step_kernel, precision, fn in ladder(problem):
-                    add(shape, name, kernel=step_kernel, precision=precision, timing="graph", step=step,
-                        **measure(fn, problem, reference, precision=precision, copy_bytes_per_s=ceiling))
+            ladder_here = steps and shape in LADDER_SHAPES
+            if ladder_here and shape == LADDER_SHAPES[0]:
+                add(shape, name, kernel="loops", precision="exact", timing="host", step="scalar loops (Python)",
+                    chapter=3, **loops_step(problem, ceiling))
             if torch_baseline and torch_baseline_fits(shape):
-                add(shape, name, kernel="torch", precision="exact", timing="eager",
+                chapter3 = {"step": "vectorised PyTorch, fp32", "chapter": 3} if ladder_here else {}
+                if ladder_here:
+                    add(shape, name, kernel="torch-float64", precision="exact", timing="eager",
+                        step="vectorised PyTorch, float64 (the reference)", chapter=3,
+                        **measure(lambda: problem.call(fp8_paged_mqa_logits_ref), problem, reference,
+                                  precision="exact", copy_bytes_per_s=ceiling, graph=False))
+                add(shape, name, kernel="torch", precision="exact", timing="eager", **chapter3,
                     **measure(torch_fn(problem), problem, reference, precision="exact", copy_bytes_per_s=ceiling,
                               graph=False))
+            if ladder_here:
+                for step, step_kernel, fn, graph in chapter3_ladder(problem):
+                    add(shape, name, kernel=step_kernel, precision="exact", timing="graph" if graph else "eager",
+                        step=step, chapter=3, **measure(fn, problem, reference, precision="exact",
+                                                        copy_bytes_per_s=ceiling, graph=graph))
+                for step, step_kernel, precision, fn in ladder(problem):
+                    add(shape, name, kernel=step_kernel, precision=precision, timing="graph", step=step, chapter=5,
+                        **measure(fn, problem, reference, precision=precision, copy_bytes_per_s=ceiling))
         del problem, reference, rule_out
         torch.cuda.empty_cache()
     return record

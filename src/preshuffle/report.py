@@ -84,12 +84,18 @@ def summary(record: dict) -> list[dict]:
     return out
 
 
-def ladder(record: dict, shape: Shape) -> list[dict]:
-    """Chapter 5's steps on ``shape``, in order: step name, kernel, precision, time, share of the copy ceiling,
-    error."""
-    return [{"step": r["step"], "kernel": r["kernel"], "precision": r["precision"], "us": r["us"],
-             "pct_copy": r["pct_copy"], "max_rel_error": r["max_rel_error"]}
-            for r in record["rows"] if r.get("step") and "us" in r and Shape(**r["shape"]) == shape]
+def ladder(record: dict, shape: Shape, chapter: int = 5) -> list[dict]:
+    """Chapter 3's or chapter 5's steps on ``shape``, in the order they were measured: step name, kernel, precision,
+    time, share of the copy ceiling, error, and nanoseconds per visible logit (the one figure that compares the
+    scalar loops, timed on a sequence's first positions, with the steps timed on the whole shape). Chapter 5's
+    ladder starts from chapter 3's last step, the portable kernel."""
+    steps = []
+    for r in record["rows"]:
+        if r.get("step") and "us" in r and Shape(**r["shape"]) == shape and r.get("chapter", 5) == chapter:
+            steps.append({"step": r["step"], "kernel": r["kernel"], "precision": r["precision"], "us": r["us"],
+                          "pct_copy": r.get("pct_copy"), "max_rel_error": r["max_rel_error"],
+                          "ns_per_logit": 1e3 * r["us"] / r["finite"], "positions": r.get("positions")})
+    return steps
 
 
 def splits(record: dict, shape: Shape) -> dict[int, float]:
@@ -265,9 +271,14 @@ def provenance_line(record: dict) -> str:
 
 
 def format_ladder(steps: list[dict]) -> str:
-    lines = [f"{'step':58s} {'kernel':9s} {'us':>8s} {'%copy':>6s} {'error':>8s}"]
-    lines += [f"{s['step']:58s} {s['kernel']:9s} {s['us']:8.1f} {s['pct_copy']:6.1f} {s['max_rel_error']:8.1e}"
-              for s in steps]
+    lines = [f"{'step':52s} {'kernel':13s} {'us':>9s} {'ns/logit':>9s} {'%copy':>6s} {'error':>8s}"]
+    for s in steps:
+        us = f"{s['us']:8.1f}" + ("*" if s["positions"] else " ")
+        lines.append(f"{s['step']:52s} {s['kernel']:13s} {us} {s['ns_per_logit']:9.3g} {_cell(s['pct_copy'], 6)} "
+                     f"{s['max_rel_error']:8.1e}")
+    sub = [s["positions"] for s in steps if s["positions"]]
+    if sub:
+        lines.append(f"* on the first {sub[0]} positions of one sequence")
     return "\n".join(lines)
 
 
