@@ -28,18 +28,21 @@ def negotiation_plot(manager_block_sizes=(1, 8, 16, 24, 32, 48, 64, 80, 96, 112,
     rows = sweep(manager_block_sizes, platform)
     x = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=WIDE)
-    for key, label, style in (("before_kernel_block_size", "before PR #51216", "o--"),
-                              ("after_kernel_block_size", "after PR #51216", "s-")):
+    # The sizes are categories, not a continuum: markers side by side, no lines between them.
+    for offset, (key, label, marker) in zip((-0.12, 0.12), (("before_kernel_block_size", "before PR #51216", "o"),
+                                                          ("after_kernel_block_size", "after PR #51216", "s"))):
         y = [r[key] if r[key] is not None else np.nan for r in rows]
-        ax.plot(x, y, style, label=label)
+        ax.plot(x + offset, y, marker, linestyle="none", markersize=7, label=label)
     rejected_sizes = set(rejected_rows(rows))
     rejected = [(i, r["after_kernel_block_size"]) for i, r in enumerate(rows)
                 if r["manager_block_size"] in rejected_sizes]
     if rejected:
+        rejected = [(i + 0.12, k) for i, k in rejected]
         ax.scatter(*zip(*rejected), s=160, facecolors="none", edgecolors="red", linewidths=2,
                    label="negotiates, but AITER asserts", zorder=3)
     ax.set_yscale("log", base=2)
     ax.set_xticks(x, [str(r["manager_block_size"]) for r in rows])
+    ax.grid(axis="y", alpha=0.3)
     ax.set_xlabel("--block-size (manager block size)")
     ax.set_ylabel("kernel block size")
     ax.set_title(f"DeepSeek-V3.2 sparse MLA group on {platform}")
@@ -114,9 +117,12 @@ def line_map_plot(block_size: int = 16, head_dim: int = 128):
     """Which 128-byte line each value lands in: the 16 lanes of one MFMA operand load (dims 0-15 of 16 tokens)
     touch 16 lines in NORMAL and 2 in SHUFFLE."""
     fig, axes = plt.subplots(1, 2, figsize=SQUARE_PAIR, sharey=True)
+    n_lines = block_size * head_dim // CACHE_LINE
+    # One colour a line: tab20 while the lines are at most 20 (a 16-token block has 16), a continuous map beyond.
+    cmap = plt.get_cmap("tab20", 20) if n_lines <= 20 else plt.get_cmap("turbo", n_lines)
     for ax, layout in zip(axes, ("normal", "shuffle")):
-        lines = (offset_map(block_size, head_dim, layout) // 128).numpy()
-        ax.imshow(lines % 8, aspect="auto", cmap="Set2", interpolation="nearest")
+        lines = (offset_map(block_size, head_dim, layout) // CACHE_LINE).numpy()
+        ax.imshow(lines, aspect="auto", cmap=cmap, vmin=-0.5, vmax=cmap.N - 0.5, interpolation="nearest")
         ax.add_patch(plt.Rectangle((-0.5, -0.5), 16, 16, fill=False, edgecolor="red", linewidth=2))
         touched = len(np.unique(lines[:16, :16]))
         ax.set_title(f"{layout}: 128-byte line of each value\nred tile (one 16-lane load) spans {touched} lines")
@@ -187,9 +193,17 @@ def cache_cost_plot(rows: list[dict]):
                                              for label, v in caches.items()},
                        "time / block 64 natural", "Same workload, other caches (B/next_n/ctx), fp8 path", hline=1.0)
     ax = fig.axes[0]
-    for target, style in ((1.1, ":"), (1.5, "--")):
-        ax.axhline(target, color="red", linestyle=style, linewidth=0.8)
+    for target, style, label in ((1.1, ":", "target for 16-token pages: 1.1x"),
+                                 (1.5, "--", "target for block 1: 1.5x")):
+        ax.axhline(target, color="red", linestyle=style, linewidth=0.8, label=label)
+    _legend_right(fig, ax)
     return fig
+
+
+def _legend_right(fig, ax) -> None:
+    """The legend beside the axes, where it covers no bar."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    fig.tight_layout()
 
 
 def page_read_plot(costs: list[dict]):
