@@ -209,3 +209,12 @@ def test_portable_ladder_plot_draws_a_bar_per_recorded_share():
     heights = sorted(p.get_height() for p in ax.patches if not math.isnan(p.get_height()))
     assert heights == expected
     assert len(ax.get_xticklabels()) == len(kept) and ax.get_xticklabels()[1].get_text().startswith("version 2\n")
+
+
+def test_hopper_kernel_diagram_draws_the_pieces_of_the_kernel():
+    fig = plots.hopper_kernel_diagram(stages=3)
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    for piece in ("TMA descriptors", "loader warp", "WGMMA", "epilogue", "block table", "logits"):
+        assert piece in texts
+    assert [f"ready[{s}]" in texts and f"empty[{s}]" in texts for s in range(4)] == [True, True, True, False]
+    assert tuple(fig.get_size_inches()) == (10, 5.4)

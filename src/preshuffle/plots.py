@@ -455,3 +455,72 @@ def portable_ladder_plot(ladder):
     shares = {s.label: [f.pct_copy if (f := r.figure(s)) and f.pct_copy is not None else np.nan for r in rungs]
               for s in ladder.shapes}
     return grouped_bars(groups, shares, "% of the copy ceiling", "The portable kernel's ladder on an H200")
+
+
+def hopper_kernel_diagram(stages: int = 4):
+    """Chapter 5's kernel as one picture: pages in HBM, the two TMA descriptors, the loader warp, the ring of
+    shared-memory stages with their ready/empty mbarriers, the math warpgroup's WGMMA and epilogue, the logits."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(10, 5.4))
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 58)
+    ax.axis("off")
+
+    def box(x, y, w, h, text, face, size=7):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.3,rounding_size=0.8", facecolor=face,
+                                    edgecolor="black", linewidth=0.8))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size)
+
+    def arrow(start, end, color="black", rad=0.0):
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=11, color=color, linewidth=1.1,
+                                     connectionstyle=f"arc3,rad={rad}"))
+
+    def note(x, y, text, color="black", **kw):
+        ax.text(x, y, text, fontsize=6.5, color=color, **kw)
+
+    for x, title in ((11, "HBM"), (36, "loader warp"), (57, f"shared memory: {stages} stages"),
+                     (86, "math warpgroup")):
+        ax.text(x, 56, title, ha="center", fontsize=9, weight="bold")
+    box(1, 45, 20, 7, "block table [B, max_blocks]\nint32 page ids", "#f2f2f2", size=7.5)
+    for i, y in enumerate((35, 27.5, 20)):
+        box(1, y, 20, 5.5, f"page {(7, 2, 11)[i]}: B x 128 fp8 values,\nthen B fp32 scales", "#dce9f5")
+    note(11, 17, "pages scattered in the cache", ha="center", style="italic")
+
+    box(27, 41, 18, 11, "TMA descriptors\nvalues [blocks, B, 128],\npage stride B x 132 bytes;\n"
+        "scales [blocks, B x 33] fp32,\nNaN outside the cache", "#fff2cc")
+    box(27, 24, 18, 12, "per chunk of 64 positions:\nwait empty[s];\nexpect(ready[s], bytes);\n"
+        "issue 64 / B copies of\nkeys and their scales", "#fff2cc")
+    arrow((21, 48.5), (27, 33), rad=-0.25)
+    note(25.5, 38, "page ids,\n32 at a time", ha="right")
+    arrow((45, 30), (50, 30))
+    note(44.6, 31, "issues")
+
+    height = 40 / stages
+    for s_ in range(stages):
+        y = 52 - (s_ + 1) * height
+        box(50, y + 0.6, 13, height - 1.8, f"stage {s_}: keys 64 x 128\nfp8 (8 KB), 64 scales", "#dce9f5")
+        note(64, y + height * 0.62, f"ready[{s_}]", color="tab:green", va="center")
+        note(64, y + height * 0.28, f"empty[{s_}]", color="tab:red", va="center")
+    # The copies go from the pages to the stages; the loader only issues them.
+    arrow((21, 22.7), (50, 15.5), color="tab:blue", rad=0.1)
+    note(27, 13.2, "TMA: the copy engine moves the bytes,\nready[s] completes once they have landed",
+         color="tab:blue")
+
+    box(74, 38, 24, 13, "wait ready[s];\nWGMMA: keys (A, 64 x 128 fp8)\nx queries (B, N x 128, in\n"
+        "shared memory) -> fp32 64 x N;\narrive empty[s]", "#fde2e2")
+    box(74, 19, 24, 13, "epilogue in registers:\nrelu, x weights,\nsum over heads, x scale,\n"
+        "-inf past the row's length", "#fde2e2")
+    arrow((70.5, 46.5), (74, 46.5), color="tab:green")
+    note(71, 47.4, "full", color="tab:green")
+    arrow((74, 41), (70.5, 41), color="tab:red")
+    note(71, 38.6, "free", color="tab:red")
+    arrow((86, 38), (86, 32))
+
+    box(33, 1.5, 32, 6.5, "logits [B * next_n, max_model_len], fp32\n(-inf where a row may not see a position)",
+        "#e8f4e0", size=7.5)
+    arrow((80, 19), (65, 5), rad=-0.2)
+    note(73, 9.5, "store 64 logits\na row")
+    box(74, 1.5, 24, 6.5, "grid: sequences x runs of positions,\nset by the launch rule", "#f2f2f2")
+    fig.tight_layout()
+    return fig
