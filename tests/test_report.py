@@ -398,3 +398,15 @@ def test_ladder_of_chapter_3_gives_every_step_its_time_per_logit():
     assert [s["step"] for s in report.ladder(record, Shape(2, 1, 100))] == ["chapter 3's kernel (exact)"]
     text = report.format_ladder(steps)
     assert text.splitlines()[1].split()[-4] == "200000.0*" and text.endswith("* on the first 100 positions of one sequence")
+
+
+def test_format_step_gives_a_rungs_time_and_its_gain_over_the_rung_before(record):
+    ladders = {shape: report.ladder(record, shape) for shape in (Shape(64, 1, 8192), Shape(4096, 1, 8192))}
+    first, second = ladders[Shape(64, 1, 8192)][:2]
+    text = report.format_step(ladders, second["step"])
+    lines = text.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("B=64 next_n=1 ctx=8192")
+    assert f"{second['us']:.1f} us" in lines[0] and f"{first['us'] / second['us']:.2f}x as fast" in lines[0]
+    assert "as fast" not in report.format_step(ladders, first["step"])
+    with pytest.raises(ValueError, match="step 'no such step' is not in the ladder of B=64"):
+        report.format_step(ladders, "no such step")

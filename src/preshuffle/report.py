@@ -98,6 +98,23 @@ def ladder(record: dict, shape: Shape, chapter: int = 5) -> list[dict]:
     return steps
 
 
+def format_step(ladders: dict[Shape, list[dict]], step: str) -> str:
+    """One rung of a ladder (``{shape: report.ladder(...)}``) on each shape: its time, its share of the copy ceiling
+    and its speed over the rung before."""
+    lines = []
+    for shape, steps in ladders.items():
+        names = [s["step"] for s in steps]
+        if step not in names:
+            raise ValueError(f"step {step!r} is not in the ladder of {shape.label}: {names}")
+        i = names.index(step)
+        here = steps[i]
+        line = f"{shape.label:26s} {here['us']:8.1f} us, {here['pct_copy']:4.1f}% of the copy ceiling"
+        if i:
+            line += f", {steps[i - 1]['us'] / here['us']:.2f}x as fast as the step before"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def splits(record: dict, shape: Shape) -> dict[int, float]:
     """Programs per SM -> time of the Hopper kernel's fp8 path on DeepGEMM's cache (the launch rule's sweep)."""
     return {r["programs_per_sm"]: r["us"] for r in record["rows"] if "programs_per_sm" in r and "us" in r
@@ -283,7 +300,7 @@ def format_ladder(steps: list[dict]) -> str:
 
 
 def targets(record: dict) -> list[dict]:
-    """The Hopper issue's targets, each with the run's numbers and whether the run meets it."""
+    """The performance targets (docs/performance.md), each with the run's numbers and whether the run meets it."""
     rows = {r["shape"]: r for r in summary(record)}
     anchors = [rows[s] for s in rows if s.next_n <= 2]
     next_n_1 = [r for r in anchors if r["shape"].next_n == 1]
