@@ -198,7 +198,7 @@ def provenance() -> dict:
         except (OSError, subprocess.CalledProcessError):
             return None
 
-    # A copy of the tree sent to a lent GPU machine names its commit through the environment (its own git
+    # A copy of the tree run on another machine names its commit through the environment (its own git
     # metadata, where it has any, may name another).
     named = os.environ.get("PRESHUFFLE_GIT_COMMIT")
     commit = named or git("rev-parse", "HEAD")

@@ -490,7 +490,7 @@ def hopper_kernel_diagram(stages: int = 4):
     box(27, 41, 18, 11, "TMA descriptors\nvalues [blocks, B, 128],\npage stride B x 132 bytes;\n"
         "scales [blocks, B x 33] fp32,\nNaN outside the cache", "#fff2cc")
     box(27, 24, 18, 12, "per chunk of 64 positions:\nwait empty[s];\nexpect(ready[s], bytes);\n"
-        "issue 64 / B copies of\nkeys and their scales", "#fff2cc")
+        "issue the copies (64 / B\nof keys, and their scales)", "#fff2cc")
     arrow((21, 48.5), (27, 33), rad=-0.25)
     note(25.5, 38, "page ids,\n32 at a time", ha="right")
     arrow((45, 30), (50, 30))
