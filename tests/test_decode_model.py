@@ -3,8 +3,8 @@ import pytest
 from preshuffle import decode_model
 from preshuffle.cache import allocate_k_cache
 
-# /work/shared/spec/performance.md, "From the field": vLLM PR #51216 took AITER's paged-MQA kernel from 28.53 us to
-# 7.84 us (3.64x) and end-to-end throughput up ~2.5%.
+# docs/performance.md, "What vLLM runs": vLLM PR #51216 took AITER's paged-MQA kernel from 28.53 us to 7.84 us
+# (3.64x) and end-to-end throughput up ~2.5%.
 PR_KERNEL_SPEEDUP, PR_END_TO_END = 3.64, 1.025
 
 
@@ -33,7 +33,7 @@ def test_end_to_end_speedup_at_amdahls_limits(share, kernel, step):
 
 
 def test_the_models_bytes_a_token_are_the_caches():
-    # indexer-k-cache.md: 132 bytes a token (128 fp8 values and a 4-byte scale); the package's cache holds that many.
+    # docs/layout.md: 132 bytes a token (128 fp8 values and a 4-byte scale); the package's cache holds that many.
     assert allocate_k_cache(3, 64).numel() == 3 * 64 * 132
     # Read at one token's record a second, one layer's cache of 1000 tokens takes 1000 s.
     m = decode_model.DecodeModel(layers=1, bandwidth=132.0)

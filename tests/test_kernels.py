@@ -29,7 +29,7 @@ def test_fp8_paged_mqa_logits_holds_the_contract_of_its_precision(precision, see
                              seed=seed, device=DEV)
     out = torch.full((problem.batch * next_n, problem.max_model_len), float("nan"), device=DEV)
     problem.call(fp8_paged_mqa_logits, precision=precision, out=out)
-    # Under Triton's interpreter an fp8 tl.dot is computed exactly (the spec): there both precisions are held to
+    # Under Triton's interpreter an fp8 tl.dot is computed exactly (docs/accuracy.md): both precisions are held to
     # the exact contract; only a GPU's fp8 accumulator may use the fp8 contract's wider bound.
     contract = "exact" if device.INTERPRETED else precision or device.current_support().default_precision
     assert meets_contract(check_logits(out, problem), contract)

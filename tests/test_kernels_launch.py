@@ -22,8 +22,9 @@ def test_launch_config_validation():
 
 
 def _portable_sweep():
-    """results/h200-portable-703f0c9.json's fp16 rows of block 64, natural layout (what benchmarks/NOTES.md part 1
-    tuned the rule on), by shape, each timed at 1, 2, 4, 8 and 16 programs per SM; and the GPU's SMs."""
+    """results/h200-portable-703f0c9.json's fp16 rows of block 64, natural layout (what the rule was tuned on:
+    docs/kernel-design.md, "Split across the SMs"), by shape, each timed at 1, 2, 4, 8 and 16 programs per SM; and
+    the GPU's SMs."""
     record = report.load(report.RESULTS / "h200-portable-703f0c9.json")
     shapes = {}
     for r in record["rows"]:
@@ -36,7 +37,7 @@ def _portable_sweep():
     return shapes, record["provenance"]["sms"]
 
 
-# NOTES part 1 (runs 2 and 4): "4 was best or within 3% for batches <= 64, 16 for 128-256; 4096 is flat". The final
+# docs/kernel-design.md: 4 programs an SM "best or within 3% for batches of 64 or fewer, 16 for 128-256". The final
 # sweep bears that out on six of its eight shapes; on these two the rule is further off its fastest split, which the
 # test records rather than hides (B=1 ctx 128K: 2 per SM is 4.8% faster; B=64 next_n=2: 8 per SM is 10.8% faster).
 FURTHER_OFF = {(1, 1, 131072): 1.05, (64, 2, 8192): 1.11}

@@ -26,7 +26,7 @@ def test_offset_map_shuffle_is_a_bijection_of_the_value_region(block_size):
 
 
 def _shuffled_by_definition(values: torch.Tensor) -> torch.Tensor:
-    """indexer-k-cache.md's definition, built without the package's formula: the block is cut into 16-token x
+    """docs/layout.md's definition, built without the package's formula: the block is cut into 16-token x
     16-dim tiles; tiles go token-group by token-group, and within a group dim-tile after dim-tile; inside a tile each
     token's 16 dims are contiguous, token after token (for B=16, D=128: ``[8 dim-tiles][16 tokens][16 bytes]``)."""
     *lead, b, d = values.shape

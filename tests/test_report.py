@@ -32,7 +32,7 @@ def test_load_every_timed_row_was_checked_against_its_contract_first(record):
 
 
 def test_the_packages_contracts_are_the_specs():
-    # paged-mqa-logits.md, "Accuracy": exact, per-logit error <= 1e-5 of the sum of |terms|; fp8, <= 1e-3 and
+    # docs/accuracy.md, "The contracts": exact, per-logit error <= 1e-5 of the sum of |terms|; fp8, <= 1e-3 and
     # calc_diff vs float64 <= 1e-7.
     assert CONTRACTS == {"exact": {"max_rel_error": 1e-5}, "fp8": {"max_rel_error": 1e-3, "calc_diff": 1e-7}}
 
@@ -314,8 +314,8 @@ def edit_host(record, shape, us):
             h["us"] = us
 
 
-# performance.md, "Targets (issue 7)": a prefix of each target's name -> (comparison, limit, how to give a run the
-# value x for it). The fp8 error's limit is paged-mqa-logits.md's "no more than 1.1x its error".
+# docs/performance.md, "Targets": a prefix of each target's name -> (comparison, limit, how to give a run the
+# value x for it). The fp8 error's limit is docs/accuracy.md's "at most 1.1x DeepGEMM's error".
 TARGETS = {
     "fp8 path <= DeepGEMM's time": ("<=", 1.0, lambda r, x: edit(r, WORST, "hopper", "us", DG_US * x)),
     "fp8 error <= 1.1x DeepGEMM's": ("<=", 1.1, lambda r, x: edit(r, WORST, "hopper", "max_rel_error", DG_ERROR * x)),

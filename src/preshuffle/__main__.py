@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ben = commands.add_parser("bench", help="check and time every kernel variant on a GPU (refuses the interpreter)")
     ben.add_argument("--shapes", type=int, nargs="+", choices=range(len(SHAPES)),
-                     help="indices of the shapes (the spec's anchors, then next_n = 3): " + "; ".join(
+                     help="indices of the shapes (the anchor shapes, then next_n = 3): " + "; ".join(
                          f"{i}: {s.label}" for i, s in enumerate(SHAPES)))
     ben.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ben.add_argument("--against", nargs="+", choices=["deepgemm"],

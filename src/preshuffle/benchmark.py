@@ -1,5 +1,5 @@
 """The benchmark: every implementation checked against the float64 reference of the same inputs (each against the
-contract of its precision) before it is timed, on inputs built the way the performance spec says
+contract of its precision) before it is timed, on inputs built the way docs/performance.md says
 (:func:`preshuffle.testing.inputs.benchmark_problem`), DeepGEMM timed beside our kernels in the same process, times
 and the copy ceiling of the same run from :mod:`preshuffle.testing.timing`, bytes and flops counted by
 :class:`preshuffle.problem.PagedMQAProblem`, and the run's provenance.
@@ -198,7 +198,7 @@ def provenance() -> dict:
         except (OSError, subprocess.CalledProcessError):
             return None
 
-    # A copy of the tree run on another machine names its commit through the environment (its own git
+    # A copy of the tree run on another machine names its commit through the environment (the copy's own git
     # metadata, where it has any, may name another).
     named = os.environ.get("PRESHUFFLE_GIT_COMMIT")
     commit = named or git("rev-parse", "HEAD")

@@ -16,7 +16,7 @@ from .negotiation import slot_mapping
 
 SCALE_BYTES = 4
 SCALE_FLOOR = 1e-4
-# vLLM's writer uses 224, not the format's 240, for the fnuz variant (MI300).
+# vLLM's writer uses 224, not the format's 240, for the fnuz variant (MI300): docs/layout.md.
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 224.0}
 SCALE_FORMATS = (None, "ue8m0")
 

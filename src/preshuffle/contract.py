@@ -90,7 +90,7 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
 
 def output_tensor(out: torch.Tensor | None, shape: tuple[int, int], dev: torch.device) -> torch.Tensor:
     """The tensor a kernel writes its ``shape`` logits into: ``out`` once checked, else a new one."""
-    if out is None:  # sizes as separate ints: half the host time of a tuple on the H200's host (notes, part 9)
+    if out is None:  # sizes as separate ints: half the host time of a tuple (docs/kernel-design.md)
         return torch.empty(*shape, dtype=torch.float32, device=dev)
     if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
         raise TypeError(f"out must be a float32 tensor, got {getattr(out, 'dtype', type(out).__name__)}")

@@ -5,7 +5,7 @@ DeepGEMM 2.6.1's SM90 ``fp8_fp4_paged_mqa_logits`` takes kernel block size 64, t
 and next_n 1 or 2, with a ``[B, next_n]`` visible length per row, and schedule metadata built beforehand (as vLLM
 builds it once per step, so it is not timed). It leaves positions outside each row's visible prefix unwritten:
 compare its output through the reference's -inf pattern (:func:`masked_like`). The workbook does not ship it:
-``../shared/tools/deepgemm`` builds it on the GPU machine.
+docs/sources.md says where to get it and how to build it.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ A block of ``B`` tokens holds ``B * D`` value bytes followed by ``B`` fp32 scale
     offset(t, d) = (t // 16) * 16*D + (d // 16) * 256 + (t % 16) * 16 + (d % 16)
 
 so one 16-byte load gives one matrix-unit lane the 16 K-dim values of one token, and 16 lanes read one
-contiguous 256-byte run. The scales are never shuffled.
+contiguous 256-byte run (in the MFMA operand layout AITER's kernel loads: docs/layout.md). The scales are never
+shuffled.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class PagedMQAProblem:
 
     @property
     def bytes(self) -> int:
-        """Bytes one call moves, as the performance spec counts them: every token read once (values and scale),
+        """Bytes one call moves, as docs/performance.md counts them: every token read once (values and scale),
         the queries, weights and block table, and the logits written inside each row's context."""
         tokens = self._tokens_read()
         return (tokens * (self.head_dim + SCALE_BYTES) + self.q.numel() * self.q.element_size()
@@ -61,7 +61,7 @@ class PagedMQAProblem:
 
     @property
     def flops(self) -> int:
-        """``2 * sum(ctx) * next_n * heads * head_dim``, as the performance spec counts them."""
+        """``2 * sum(ctx) * next_n * heads * head_dim``, as docs/performance.md counts them."""
         return 2 * self._tokens_read() * self.next_n * self.heads * self.head_dim
 
     def replace(self, **changes) -> PagedMQAProblem:

@@ -44,7 +44,7 @@ def _reference(q, kv_cache, weight_sets, context_lens, block_tables, max_model_l
 
 def fp8_paged_mqa_logits_ref(q, kv_cache, weights, context_lens, block_tables, max_model_len, *,
                              layout="normal", dtype=torch.float64):
-    """The spec's semantics in plain PyTorch, one sequence at a time, computed in ``dtype``.
+    """The contract's semantics in plain PyTorch, one sequence at a time, computed in ``dtype``.
 
     Returns fp32 ``[B * next_n, max_model_len]`` when ``dtype`` is float32, else ``dtype``."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -76,7 +76,7 @@ def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables,
 
 
 def fp8_paged_mqa_logits_torch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
-    """The vectorised PyTorch baseline of the performance spec, in fp32 on the inputs' device: gather every
+    """The vectorised PyTorch baseline, in fp32 on the inputs' device: gather every
     sequence's whole pages, dequantise, batched matmul, relu, weighted sum. Memory grows as
     ``B * max_len * (D + H)``. Like the kernel with ``check_values=False`` it reads no lengths or block ids on the
     host, and gives NaN where a row may see a position whose key cannot be read

@@ -300,7 +300,7 @@ def format_ladder(steps: list[dict]) -> str:
 
 
 def targets(record: dict) -> list[dict]:
-    """The performance targets (docs/performance.md), each with the run's numbers and whether the run meets it."""
+    """The targets of docs/performance.md, each with the run's numbers and whether the run meets it."""
     rows = {r["shape"]: r for r in summary(record)}
     anchors = [rows[s] for s in rows if s.next_n <= 2]
     next_n_1 = [r for r in anchors if r["shape"].next_n == 1]

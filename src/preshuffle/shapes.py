@@ -1,4 +1,4 @@
-"""The benchmark's axes: the performance spec's eight anchor shapes and the five caches it compares (torch-free, so
+"""The benchmark's axes: the eight anchor shapes of docs/performance.md and the five caches it compares (torch-free, so
 a results file can be read without the harness)."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ _DOT = {"exact": "fp16", "fp8": "fp8"}
 # over its tensors (dtype, device, sizes, strides: everything else Triton's specialisation and the call's checks
 # depend on, but 16-byte alignment, which the call checks itself). A launch holds the cache's TMA descriptors, not
 # the cache. The guard is the C++ check torch.compile guards its graphs with: reading those attributes in Python
-# cost 2.2 us a call on the H200's host (benchmarks/NOTES.md, part 9). Where a build of PyTorch lacks it,
+# cost 2.2 us a call on the H200's host (docs/kernel-design.md, "Designs tried"). Where a build of PyTorch lacks it,
 # unchecked calls take the checked path every time.
 try:
     from torch._C._dynamo.guards import TensorGuards
@@ -38,7 +38,7 @@ _MAX_LAUNCHES = 64
 class _Kept:
     """A launch kept for unchecked calls: its guard over the tensors of the call that compiled it, and one fp32
     zero broadcast to the output's shape (``torch.empty_like`` of it is a new output: 1.8-2.1 us of host time on the
-    H200's host against 2.5 for ``torch.empty`` with the sizes; notes, part 9)."""
+    H200's host against 2.5 for ``torch.empty`` with the sizes; docs/kernel-design.md, "Designs tried")."""
 
     __slots__ = ("guard", "launch", "output")
 

@@ -3,7 +3,7 @@ Hopper kernel, and the rules measured on the H200 that pick one for a shape.
 
 Portable kernel:
 benchmarks/tune.py compared chunks of 64/128 positions, 4/8 warps and 1-6 pipeline stages on the anchor shapes
-(benchmarks/NOTES.md has the numbers): 64 positions, 4 warps, 5 stages was fastest on every shape (4 stages
+(docs/kernel-design.md, "Split across the SMs"): 64 positions, 4 warps, 5 stages was fastest on every shape (4 stages
 lose 7-20%, chunks of 128 lose 15-45%). What depends on the shape is how finely each sequence's row is split
 into programs: batches of 64 or fewer were fastest near 4 programs per SM, batches of 128-256 at 16, and 4096
 is flat (one program per sequence is already 31 per SM).
@@ -126,12 +126,12 @@ def gathers(block_size: int) -> bool:
 
 
 def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = False) -> int:
-    """Programs per SM for the Hopper kernel, from the H200 sweeps (benchmarks/NOTES.md, results/h200-hopper-sweep.json
-    and results/h200-gather-sweep.json). One query row, 80 registers (three programs an SM): fp8 2 below 256
-    sequences, 8 from there; the exact path and the gather, whose chunks take longer, 3 below 128 sequences, 6 below
-    256. Two rows share an MMA (128 registers, two programs an SM): 4, 8 from 256 sequences; exact 2 below 128 or
-    from 1024, 4 below 256, else 8. Three query rows (a warpgroup each): 2 below 256 sequences, then 8 (fp8) or 4
-    (exact)."""
+    """Programs per SM for the Hopper kernel, from the H200 sweeps (docs/kernel-design.md,
+    results/h200-hopper-sweep.json and results/h200-gather-sweep.json). One query row, 80 registers (three programs
+    an SM): fp8 2 below 256 sequences, 8 from there; the exact path and the gather, whose chunks take longer, 3 below
+    128 sequences, 6 below 256. Two rows share an MMA (128 registers, two programs an SM): 4, 8 from 256 sequences;
+    exact 2 below 128 or from 1024, 4 below 256, else 8. Three query rows (a warpgroup each): 2 below 256 sequences,
+    then 8 (fp8) or 4 (exact)."""
     if next_n == 3:
         return 2 if batch < 256 else 4 if exact else 8
     if next_n == 1:

@@ -4,7 +4,7 @@ and the rest of the kernel's parameters are already in place (``preset_launch.c`
 Triton's C launcher parses every argument on every call: 50 for the Hopper kernel on 64-token pages (its 37,
 constexprs and the tensor maps' shapes included, and 13 of the launcher's own). On the H200's host that cost 4.9-6.5
 us a launch, this one 4.2-4.5; Triton's launcher on a kernel of one argument takes 4.0-5.3, most of it the driver's
-(``benchmarks/NOTES.md``, part 9). The module is built by Triton's own builder, as Triton builds its launchers (a C
+(docs/kernel-design.md, "Host path"). The module is built by Triton's own builder, as Triton builds its launchers (a C
 compiler and Python's headers, which Triton needs on a GPU machine anyway); it opens libcuda on the first launch, so
 it also builds where there is no GPU."""
 

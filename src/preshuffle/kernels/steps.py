@@ -2,10 +2,10 @@
 against the reference there; the last step is :func:`preshuffle.kernels.fp8_paged_mqa_logits`.
 
 Step 1 scores one query row against the tokens of one natural-layout block. Step 2 launches a grid of one
-program per (sequence, block), which is the spec's "naive Triton" kernel (next_n = 1, no split of the work
+program per (sequence, block), the naive Triton kernel (next_n = 1, no split of the work
 beyond blocks, the output pre-filled with -inf on the host).
 
-From step 3 on the chapter follows the ladder the portable kernel climbed on the H200 (benchmarks/NOTES.md).
+From step 3 on the chapter follows the ladder the portable kernel climbed on the H200 (docs/kernel-design.md).
 :func:`chunked_logits` is its first rungs: a program walks a run of one sequence's row in chunks (version 1),
 then three switches turn on the ideas of version 2 one at a time. The later rungs live in the portable kernel
 itself, which :func:`portable_logits` runs on any device.

@@ -1,5 +1,5 @@
 """Random paged-MQA-logits problems: small ones written through the real cache writer (tests, notebooks), and
-benchmark-sized ones built the way the performance spec says."""
+benchmark-sized ones built the way docs/performance.md says."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ..cache import allocate_k_cache, sequence_slots, write_k_cache
 from ..problem import PagedMQAProblem
 from ..shapes import Shape
 
-# The benchmark's geometry (the performance spec's H = 64, D = 128).
+# The benchmark's geometry (docs/performance.md: H = 64, D = 128).
 HEADS = 64
 HEAD_DIM = 128
 

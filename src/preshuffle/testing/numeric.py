@@ -12,10 +12,10 @@ from ..reference import reference_and_magnitude
 
 # The exact contract: the largest error of a finite logit, relative to its sum of absolute terms.
 RTOL = 1e-5
-# Both contracts of the spec (paged-mqa-logits.md), by precision: exact, and fp8 (DeepGEMM's numerics, whose fp8
-# MMAs round their sums: each logit within 1e-3 of its sum of |terms|, DeepGEMM's calc_diff within 1e-7).
+# Both contracts (docs/accuracy.md), by precision: exact, and fp8 (DeepGEMM's numerics, whose fp8 MMAs round
+# their sums: each logit within 1e-3 of its sum of |terms|, DeepGEMM's calc_diff within 1e-7).
 CONTRACTS = {"exact": {"max_rel_error": RTOL}, "fp8": {"max_rel_error": 1e-3, "calc_diff": 1e-7}}
-# calc_diff is a statistic of a whole output (the spec measured it over 10^5-10^7 logits). Over a few logits it is
+# calc_diff is a statistic of a whole output (the benchmark's have 10^5-10^7 logits). Over a few logits it is
 # their own squared relative error, which a logit that nearly cancels makes large while it keeps its per-logit
 # bound: on the H200 a call with one finite logit, 1.7e-5 of its sum of |terms| off, had calc_diff 8.2e-7. So the
 # clause holds outputs of at least one chunk of finite logits; smaller ones are held to the per-logit clause.
