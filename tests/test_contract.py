@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from preshuffle.contract import check_inputs, output_tensor, unreadable_positions
+from preshuffle.contract import check_inputs, check_output_options, output_tensor, unreadable_positions
 from preshuffle.device import memory_bytes
 from preshuffle.testing.inputs import random_problem
 
@@ -52,17 +52,41 @@ def test_check_inputs_refuses_no_query_rows(args):
 @pytest.mark.parametrize("out, exc, message", [
     ([[0.0] * 3] * 2, TypeError, "out must be a float32 tensor, got list"),
     (torch.zeros(2, 3, dtype=torch.float64), TypeError, "out must be a float32 tensor, got torch.float64"),
-    (torch.zeros(3, 2), ValueError, r"out must be a contiguous float32 tensor of shape \[2, 3\] on cpu, got \[3, 2\]"),
-    (torch.zeros(3, 2).t(), ValueError, r"got \[2, 3\] on cpu, not contiguous"),
+    (torch.zeros(3, 2), ValueError,
+     r"out must be a float32 tensor of shape \[2, 3\] on cpu with contiguous rows, got \[3, 2\] on cpu$"),
+    (torch.zeros(3, 2).t(), ValueError, r"got \[2, 3\] on cpu, rows not contiguous"),
+    (torch.zeros(2, 5)[:, ::2], ValueError, r"got \[2, 3\] on cpu, rows not contiguous"),
+    (torch.zeros(8).as_strided((2, 3), (2, 1)), ValueError, r"rows not contiguous"),  # rows that overlap
+    (torch.zeros(2, 3, dtype=torch.bfloat16), TypeError, "out must be a float32 tensor, got torch.bfloat16"),
 ])
 def test_output_tensor_refuses_a_bad_out(out, exc, message):
     with pytest.raises(exc, match=message):
         output_tensor(out, (2, 3), torch.device("cpu"))
 
 
-def test_output_tensor_takes_a_matching_out():
-    out = torch.zeros(2, 3)
-    assert output_tensor(out, (2, 3), torch.device("cpu")) is out
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_output_tensor_takes_a_matching_out_and_rows_padded_as_deepgemm_pads_them(dtype):
+    out = torch.zeros(2, 3, dtype=dtype)
+    assert output_tensor(out, (2, 3), torch.device("cpu"), dtype) is out
+    padded = torch.zeros(2, 256, dtype=dtype)[:, :3]
+    assert output_tensor(padded, (2, 3), torch.device("cpu"), dtype) is padded
+    new = output_tensor(None, (2, 3), torch.device("cpu"), dtype)
+    assert new.dtype == dtype and new.shape == (2, 3) and new.is_contiguous()
+    with pytest.raises(TypeError, match="out must be a bfloat16 tensor, got torch.float32"):
+        output_tensor(torch.zeros(2, 3), (2, 3), torch.device("cpu"), torch.bfloat16)
+
+
+@pytest.mark.parametrize("clean_logits, logits_dtype, exc, message", [
+    (1, torch.float32, TypeError, "clean_logits must be a bool, got int 1"),
+    (None, torch.float32, TypeError, "clean_logits must be a bool, got NoneType None"),
+    (True, torch.float16, ValueError, "logits_dtype must be torch.float32 or torch.bfloat16, got torch.float16"),
+    (False, "bfloat16", TypeError, "logits_dtype must be torch.float32 or torch.bfloat16, got str 'bfloat16'"),
+])
+def test_check_output_options_names_a_bad_option(clean_logits, logits_dtype, exc, message):
+    with pytest.raises(exc, match=message):
+        check_output_options(clean_logits, logits_dtype)
+    for dtype in (torch.float32, torch.bfloat16):
+        check_output_options(False, dtype)
 
 
 def test_unreadable_positions_by_hand():

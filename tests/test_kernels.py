@@ -6,6 +6,7 @@ import torch
 from hypothesis import example, given, settings, strategies as st
 
 from preshuffle import device, kernels
+from preshuffle.contract import kv_lengths
 from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
 from preshuffle.testing.inputs import misaligned_copy, random_problem
 from preshuffle.testing.numeric import assert_bitwise_equal, check_logits, meets_contract
@@ -18,21 +19,101 @@ def problem():
     return random_problem([70, 129], next_n=2, block_size=16, layout="shuffle", seed=11, device=DEV)
 
 
+def contract_of(precision):
+    """Under Triton's interpreter an fp8 tl.dot is computed exactly (docs/accuracy.md): both precisions are held to the
+    exact contract; only a GPU's fp8 accumulator may use the fp8 contract's wider bound."""
+    return "exact" if device.INTERPRETED else precision or device.current_support().default_precision
+
+
 @settings(max_examples=12)
-@example(precision="fp8", seed=7, block=(16, "shuffle"), next_n=2, ctx_2d=True)  # the fp8 path in every run
+@example(precision="fp8", seed=7, block=(16, "shuffle"), next_n=2, ctx_2d=True, logits_dtype=torch.float32)
+@example(precision="fp8", seed=8, block=(64, "normal"), next_n=3, ctx_2d=False, logits_dtype=torch.bfloat16)
 @given(precision=st.sampled_from(["exact", "fp8", None]), seed=st.integers(0, 2**16),
        block=st.sampled_from([(1, "normal"), (16, "normal"), (16, "shuffle"), (64, "normal"), (64, "shuffle")]),
-       next_n=st.integers(1, 3), ctx_2d=st.booleans())
-def test_fp8_paged_mqa_logits_holds_the_contract_of_its_precision(precision, seed, block, next_n, ctx_2d):
+       next_n=st.integers(1, 3), ctx_2d=st.booleans(), logits_dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_fp8_paged_mqa_logits_holds_the_contract_of_its_precision(precision, seed, block, next_n, ctx_2d,
+                                                                  logits_dtype):
     block_size, layout = block
     problem = random_problem([0, 37, 150], next_n=next_n, block_size=block_size, layout=layout, ctx_2d=ctx_2d,
                              seed=seed, device=DEV)
-    out = torch.full((problem.batch * next_n, problem.max_model_len), float("nan"), device=DEV)
-    problem.call(fp8_paged_mqa_logits, precision=precision, out=out)
-    # Under Triton's interpreter an fp8 tl.dot is computed exactly (docs/accuracy.md): both precisions are held to
-    # the exact contract; only a GPU's fp8 accumulator may use the fp8 contract's wider bound.
-    contract = "exact" if device.INTERPRETED else precision or device.current_support().default_precision
-    assert meets_contract(check_logits(out, problem), contract)
+    out = torch.full((problem.batch * next_n, problem.max_model_len), float("nan"), dtype=logits_dtype, device=DEV)
+    problem.call(fp8_paged_mqa_logits, precision=precision, out=out, logits_dtype=logits_dtype)
+    assert meets_contract(check_logits(out, problem), contract_of(precision), logits_dtype)
+
+
+def visible_positions(problem) -> torch.Tensor:
+    """bool ``[B * next_n, max_model_len]``: where each row may see."""
+    lens = kv_lengths(problem.context_lens, problem.next_n).reshape(-1, 1)
+    return torch.arange(problem.max_model_len, device=lens.device) < lens
+
+
+@pytest.mark.parametrize("block_size, layout, next_n, ctx_2d", [
+    (64, "normal", 1, False), (16, "shuffle", 2, True), (1, "normal", 3, False), (16, "normal", 4, True)])
+def test_bf16_logits_are_the_fp32_logits_rounded_to_nearest_even(block_size, layout, next_n, ctx_2d):
+    """Every element, -inf included, holds the fp32 call's logit rounded to nearest even (torch's conversion):
+    a kernel that truncated would differ in about half the logits."""
+    problem = random_problem([0, 37, 150, 200], next_n=next_n, block_size=block_size, layout=layout, ctx_2d=ctx_2d,
+                             seed=20 + next_n, device=DEV)
+    fp32 = problem.call(fp8_paged_mqa_logits, precision="fp8")
+    out = torch.full(fp32.shape, float("nan"), dtype=torch.bfloat16, device=DEV)
+    problem.call(fp8_paged_mqa_logits, precision="fp8", logits_dtype=torch.bfloat16, out=out)
+    assert_bitwise_equal(out, fp32.to(torch.bfloat16))
+    assert meets_contract(check_logits(out, problem), contract_of("fp8"), torch.bfloat16)
+
+
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block_size, layout, next_n, ctx_2d", [
+    (64, "normal", 1, False), (16, "shuffle", 2, True), (1, "normal", 3, True), (32, "normal", 4, False)])
+def test_unclean_logits_are_the_clean_ones_where_a_row_may_see_and_the_fill_past_the_context_is_skipped(
+        block_size, layout, next_n, ctx_2d, logits_dtype):
+    """``clean_logits=False``: the same bits wherever a row may see; from the end of the 64-position chunk that holds
+    a sequence's last visible position on, nothing is written (the -inf fill it saves)."""
+    problem = random_problem([0, 37, 150, 64], next_n=next_n, block_size=block_size, layout=layout, ctx_2d=ctx_2d,
+                             max_model_len=400, seed=30 + next_n, device=DEV)
+    clean = problem.call(fp8_paged_mqa_logits, logits_dtype=logits_dtype)
+    out = torch.full(clean.shape, 7.0, dtype=logits_dtype, device=DEV)
+    problem.call(fp8_paged_mqa_logits, logits_dtype=logits_dtype, clean_logits=False, out=out)
+    visible = visible_positions(problem)
+    assert_bitwise_equal(out[visible], clean[visible])
+    read = kv_lengths(problem.context_lens, next_n).amax(dim=1).repeat_interleave(next_n).reshape(-1, 1)
+    untouched = torch.arange(400, device=read.device) >= (read + 63) // 64 * 64
+    assert untouched.sum() > 400 * next_n and (out[untouched] == 7.0).all()
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"clean_logits": 0}, TypeError, "clean_logits must be a bool, got int 0"),
+    ({"logits_dtype": torch.float16}, ValueError, "logits_dtype must be torch.float32 or torch.bfloat16, got "
+                                                  "torch.float16"),
+    ({"logits_dtype": torch.bfloat16, "out": torch.zeros(4, 132)}, TypeError,
+     "out must be a bfloat16 tensor, got torch.float32"),
+])
+@pytest.mark.parametrize("check_values", [True, False])
+def test_fp8_paged_mqa_logits_names_a_bad_output_option(problem, options, error, message, check_values):
+    if "out" in options:
+        options = {**options, "out": options["out"].to(DEV)}
+    with pytest.raises(error, match=message):
+        problem.call(fp8_paged_mqa_logits, check_values=check_values, **options)
+
+
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("clean", [True, False])
+def test_unchecked_repeats_take_each_output_option_and_rows_padded_as_deepgemm_pads_them(problem, logits_dtype,
+                                                                                         clean):
+    """Unchecked calls (kept launches, on an sm90 GPU) give the checked call's logits with either option, into a new
+    output or into rows padded to 256: a launch kept for one row stride gives calls of another to the checked path."""
+    checked = problem.call(fp8_paged_mqa_logits, clean_logits=clean, logits_dtype=logits_dtype)
+    written = torch.ones_like(checked, dtype=torch.bool) if clean else visible_positions(problem)
+    rows, width = checked.shape
+    for padded in (False, True, False, True):
+        buffer = torch.full((rows, 256), 7.0, dtype=logits_dtype, device=DEV)
+        out = buffer[:, :width] if padded else None
+        got = problem.call(fp8_paged_mqa_logits, check_values=False, clean_logits=clean, logits_dtype=logits_dtype,
+                           out=out)
+        assert got.dtype == logits_dtype and got.shape == checked.shape
+        assert_bitwise_equal(got[written], checked[written])
+        assert (buffer[:, width:] == 7.0).all()
+        if padded:
+            assert got.data_ptr() == buffer.data_ptr() and got.stride() == (256, 1)
 
 
 def test_fp8_paged_mqa_logits_refuses_an_unknown_precision(problem):
@@ -101,7 +182,7 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     def keep():  # what the entry point stores once an unchecked call has compiled its launch
         guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
         kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = \
-            kernels._Kept(guard, kept, None)
+            kernels._Kept(guard, kept, None, max_model_len)
 
     keep()
 
@@ -122,6 +203,8 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     assert not found(kv_cache=kv_cache.clone())                               # the cache's address
     assert not found(max_model_len=max_model_len + 16)
     assert problem.call(kernels._kept_for, precision="exact") is None
+    assert problem.call(kernels._kept_for, precision="fp8", clean_logits=False) is None    # the output options
+    assert problem.call(kernels._kept_for, precision="fp8", logits_dtype=torch.bfloat16) is None
     if DEV == "cuda":
         assert not found(q=q.cpu(), weights=weights.cpu())                    # devices
     with torch.inference_mode():  # how vLLM calls it: a launch kept there is found there

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from preshuffle import device, report
+from preshuffle.contract import kv_lengths
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits, launch
 from preshuffle.kernels.hopper import descriptors, gathers, sources, supports
 from preshuffle.testing.inputs import misaligned_copy, random_problem
@@ -171,6 +172,30 @@ def test_unchecked_calls_the_kept_launch_cannot_serve_are_right(block_size):
 
 
 @on_hopper
+@pytest.mark.parametrize("block_size, layout", [(64, "normal"), (16, "shuffle"), (1, "normal")])
+@pytest.mark.parametrize("row_warpgroups", [False, True])
+def test_hopper_output_options_on_every_split(block_size, layout, row_warpgroups):
+    """Programs of 192 positions (starting mid-page for 128-token pages and mid-chunk for none), one math warpgroup
+    or one a row: bf16 logits are the fp32 ones rounded to nearest even, and without the -inf fill every position a
+    row may see holds the same bits while nothing past a sequence's last 64-position chunk is written."""
+    problem = random_problem([700, 129, 5, 0], next_n=3, block_size=block_size, layout=layout, ctx_2d=True, seed=9,
+                             max_model_len=1000, device="cuda")
+    config = HopperConfig(192, row_warpgroups=row_warpgroups)
+    fp32 = problem.call(fp8_paged_mqa_logits, precision="fp8", config=config)
+    bf16 = problem.call(fp8_paged_mqa_logits, precision="fp8", config=config, logits_dtype=torch.bfloat16)
+    assert_bitwise_equal(bf16, fp32.to(torch.bfloat16))
+    lens = kv_lengths(problem.context_lens, 3)
+    visible = (torch.arange(1000, device="cuda") < lens.reshape(-1, 1))
+    untouched = torch.arange(1000, device="cuda") >= ((lens.amax(dim=1) + 63) // 64 * 64).repeat_interleave(3)[:, None]
+    for logits_dtype, clean in ((torch.float32, fp32), (torch.bfloat16, bf16)):
+        out = torch.full(clean.shape, 7.0, dtype=logits_dtype, device="cuda")
+        problem.call(fp8_paged_mqa_logits, precision="fp8", config=config, logits_dtype=logits_dtype,
+                     clean_logits=False, out=out)
+        assert_bitwise_equal(out[visible], clean[visible])
+        assert (out[untouched] == 7.0).all()
+
+
+@on_hopper
 def test_a_kept_launch_runs_from_a_thread_that_has_not_used_cuda():
     """An unchecked repeat from another thread, which may have no CUDA context current yet: the preset launch then
     makes the device's primary context current."""
@@ -247,6 +272,24 @@ def test_every_path_compiles_for_sm90a_within_its_register_budget():
                                 ((2, 16, "shuffle", False, False), (2, 64, "normal", False, False))):
         assert [built[sixteen][k] for k in ("bar", "lds", "sts")] == \
             [built[sixty_four][k] for k in ("bar", "lds", "sts")], (sixteen, built[sixteen], built[sixty_four])
+
+
+def test_the_output_options_compile_for_sm90a_at_no_cost_in_resources():
+    """bf16 logits and the skipped -inf fill (``clean_logits=False``), alone and together, on natural and preshuffled
+    pages of 16 and 64 tokens and the gather, at next_n 1-4 with the launch rule's warpgroups: each compiles with the
+    registers, stack, shared memory, warps and instruction mix of its fp32, filled twin."""
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "compile_hopper.py"
+    done = subprocess.run([sys.executable, str(tool), "--outputs", "--json"], capture_output=True, text=True,
+                          check=True)
+    variants = json.loads(done.stdout)
+    assert len(variants) == 80
+    twins = {}
+    for r in variants:
+        twins.setdefault(tuple(r["variant"]), {})[(r["bf16"], r["clean"])] = {
+            k: v for k, v in r.items() if k not in ("bf16", "clean")}
+    assert len(twins) == 20
+    for variant, options in twins.items():
+        assert len(options) == 4 and all(r == options[(False, True)] for r in options.values()), variant
 
 
 def test_the_gather_and_exact_rules_are_within_5_percent_of_the_committed_sweeps_fastest(monkeypatch):

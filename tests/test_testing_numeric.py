@@ -6,9 +6,10 @@ import torch
 from preshuffle.kernels import fp8_paged_mqa_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref
 from preshuffle.testing.inputs import random_problem
+from preshuffle.reference import reference_and_magnitude
 from preshuffle.testing.numeric import (
-    CALC_DIFF_MIN_LOGITS, RTOL, assert_bitwise_equal, bitwise_equal, calc_diff, check_logits, check_repeatable,
-    check_unchecked_logits, compare_logits, meets_contract,
+    BF16_CONTRACTS, BF16_ROUNDING, CALC_DIFF_MIN_LOGITS, CONTRACTS, RTOL, assert_bitwise_equal, bitwise_equal,
+    calc_diff, check_logits, check_repeatable, check_unchecked_logits, compare_logits, contract, meets_contract,
 )
 
 
@@ -108,6 +109,33 @@ def test_meets_contract_refuses_an_unknown_precision():
     verdict = {"same_inf_pattern": True, "max_rel_error": 0.0, "finite": 1}
     with pytest.raises(ValueError, match=r"^precision must be one of \('exact', 'fp8'\), got 'fp16'$"):
         meets_contract(verdict, "fp16")
+    with pytest.raises(ValueError, match=r"^logits_dtype must be torch.float32 or torch.bfloat16, got torch.float16$"):
+        meets_contract(verdict, "exact", torch.float16)
+
+
+@pytest.mark.parametrize("precision", ["exact", "fp8"])
+def test_the_bf16_contract_is_the_fp32_one_plus_one_rounding(precision):
+    """Each bf16 clause holds the fp32 clause plus a rounding to nearest even (at most 2**-8 of a logit of at most
+    (1 + its fp32 error) times its sum of |terms|), and is the next round number above that."""
+    fp32, bf16 = CONTRACTS[precision], BF16_CONTRACTS[precision]
+    assert contract(precision) == fp32 and contract(precision, torch.bfloat16) == bf16
+    per_logit = fp32["max_rel_error"] + BF16_ROUNDING * (1 + fp32["max_rel_error"])
+    assert per_logit <= bf16["max_rel_error"] < per_logit + 1e-4
+    if "calc_diff" in fp32:
+        whole = (math.sqrt(fp32["calc_diff"]) + BF16_ROUNDING / math.sqrt(2)) ** 2
+        assert whole <= bf16["calc_diff"] < whole + 1e-6
+
+
+def test_bf16_logits_rounded_to_nearest_even_meet_the_bf16_contract_and_not_the_fp32_one():
+    problem = random_problem([300, 200], next_n=2, heads=16, block_size=16, seed=8)
+    ref, magnitude = problem.call(reference_and_magnitude)
+    rounded = ref.to(torch.bfloat16)
+    verdict = compare_logits(rounded, ref, magnitude)
+    assert verdict["max_rel_error"] > CONTRACTS["fp8"]["max_rel_error"] and not meets_contract(verdict, "fp8")
+    assert meets_contract(verdict, "exact", torch.bfloat16) and meets_contract(verdict, "fp8", torch.bfloat16)
+    # Logits 1e-2 of their sum of |terms| off stay more than 5e-3 off after any rounding (at most 2**-8 of 1.01x it).
+    off = torch.where(torch.isfinite(ref), ref + 1e-2 * magnitude, ref).to(torch.bfloat16)
+    assert not meets_contract(compare_logits(off, ref, magnitude), "fp8", torch.bfloat16)
 
 
 def test_calc_diff_refuses_shapes_that_differ():

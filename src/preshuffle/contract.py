@@ -88,15 +88,36 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     return dims
 
 
-def output_tensor(out: torch.Tensor | None, shape: tuple[int, int], dev: torch.device) -> torch.Tensor:
-    """The tensor a kernel writes its ``shape`` logits into: ``out`` once checked, else a new one."""
+# The logits' element types a kernel writes: fp32, or bf16 (DeepGEMM's ``logits_dtype``).
+LOGITS_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def check_output_options(clean_logits, logits_dtype) -> None:
+    """Refuse a ``clean_logits`` that is not a bool and a ``logits_dtype`` not in :data:`LOGITS_DTYPES`."""
+    if not isinstance(clean_logits, bool):
+        raise TypeError(f"clean_logits must be a bool, got {type(clean_logits).__name__} {clean_logits!r}")
+    if not isinstance(logits_dtype, torch.dtype):
+        raise TypeError(f"logits_dtype must be torch.float32 or torch.bfloat16, got {type(logits_dtype).__name__} "
+                        f"{logits_dtype!r}")
+    if logits_dtype not in LOGITS_DTYPES:
+        raise ValueError(f"logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype}")
+
+
+def output_tensor(out: torch.Tensor | None, shape: tuple[int, int], dev: torch.device,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The tensor a kernel writes its ``shape`` logits of ``dtype`` into: ``out`` once checked, else a new one.
+    ``out``'s rows may be padded (DeepGEMM returns a view of rows padded to 256 logits): each row's elements must be
+    contiguous, and rows at least a row apart."""
     if out is None:  # sizes as separate ints: half the host time of a tuple (docs/kernel-design.md)
-        return torch.empty(*shape, dtype=torch.float32, device=dev)
-    if not isinstance(out, torch.Tensor) or out.dtype != torch.float32:
-        raise TypeError(f"out must be a float32 tensor, got {getattr(out, 'dtype', type(out).__name__)}")
-    if tuple(out.shape) != shape or not out.is_contiguous() or out.device != dev:
-        raise ValueError(f"out must be a contiguous float32 tensor of shape {list(shape)} on {dev}, got "
-                         f"{list(out.shape)} on {out.device}{'' if out.is_contiguous() else ', not contiguous'}")
+        return torch.empty(*shape, dtype=dtype, device=dev)
+    name = str(dtype).removeprefix("torch.")
+    if not isinstance(out, torch.Tensor) or out.dtype != dtype:
+        raise TypeError(f"out must be a {name} tensor, got {getattr(out, 'dtype', type(out).__name__)}")
+    rows_contiguous = out.dim() == 2 and (out.shape[1] <= 1 or out.stride(1) == 1) and (
+        out.shape[0] <= 1 or out.stride(0) >= out.shape[1])
+    if tuple(out.shape) != shape or not rows_contiguous or out.device != dev:
+        raise ValueError(f"out must be a {name} tensor of shape {list(shape)} on {dev} with contiguous rows, got "
+                         f"{list(out.shape)} on {out.device}{'' if rows_contiguous else ', rows not contiguous'}")
     if out.requires_grad:  # the kernel writes behind autograd's back: its graph would hold stale values
         raise ValueError("out must not require grad (the kernel's write is not recorded by autograd)")
     return out

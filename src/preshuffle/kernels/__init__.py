@@ -12,7 +12,7 @@ import dataclasses
 import torch
 
 from .. import device
-from ..contract import check_inputs, output_tensor
+from ..contract import check_inputs, check_output_options, output_tensor
 from .launch import HopperConfig, LaunchConfig, default_config, dot_precision, hopper_config
 from .portable import portable_paged_mqa_logits
 
@@ -36,21 +36,25 @@ _MAX_LAUNCHES = 64
 
 
 class _Kept:
-    """A launch kept for unchecked calls: its guard over the tensors of the call that compiled it, and one fp32
-    zero broadcast to the output's shape (``torch.empty_like`` of it is a new output: 1.8-2.1 us of host time on the
-    H200's host against 2.5 for ``torch.empty`` with the sizes; docs/kernel-design.md, "Designs tried")."""
+    """A launch kept for unchecked calls: its guard over the tensors of the call that compiled it, one zero of the
+    output's type broadcast to the output's shape (``torch.empty_like`` of it is a new output: 1.8-2.1 us of host
+    time on the H200's host against 2.5 for ``torch.empty`` with the sizes; docs/kernel-design.md, "Designs tried"), and
+    the output's row stride, which the launch holds."""
 
-    __slots__ = ("guard", "launch", "output")
+    __slots__ = ("guard", "launch", "output", "row_stride")
 
-    def __init__(self, guard, launch, output: torch.Tensor):
-        self.guard, self.launch, self.output = guard, launch, output
+    def __init__(self, guard, launch, output: torch.Tensor, row_stride: int):
+        self.guard, self.launch, self.output, self.row_stride = guard, launch, output, row_stride
 
     def __call__(self, q, weights, context_lens, block_tables, out) -> torch.Tensor | None:
         """Launch for a call whose tensors passed the guard and return its output, or None where an address is off
-        the 16-byte grid (the call then takes the checked path)."""
-        out = self.new_output() if out is None else output_tensor(out, self.output.shape, q.device)
+        the 16-byte grid or the output's rows lie another stride apart (the call then takes the checked path)."""
+        if out is None:
+            out = self.new_output()
+        else:
+            out = output_tensor(out, self.output.shape, q.device, self.output.dtype)
         addresses = self.addresses(q, weights, context_lens, block_tables, out)
-        if addresses is None:
+        if addresses is None or out.stride(0) != self.row_stride:
             return None
         self.launch(*addresses)
         return out
@@ -80,16 +84,17 @@ def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=N
     return "portable" if reason else "hopper"
 
 
-def _launch_key(q, kv_cache, max_model_len, layout, precision, config) -> tuple:
-    return kv_cache.data_ptr(), q.shape, max_model_len, layout, precision, config
+def _launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits=True,
+                logits_dtype=torch.float32) -> tuple:
+    return kv_cache.data_ptr(), q.shape, max_model_len, layout, precision, config, clean_logits, logits_dtype
 
 
 def _kept_for(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
-              precision: str | None = None, config=None) -> _Kept | None:
+              precision: str | None = None, config=None, clean_logits=True, logits_dtype=torch.float32) -> _Kept | None:
     """What an unchecked call with these arguments repeats (its launch takes the addresses of the call's own
     tensors), or None before the first such call; for timing the parts of a call."""
-    return _guarded(_launch_key(q, kv_cache, max_model_len, layout, precision, config), q, kv_cache, weights,
-                    context_lens, block_tables)
+    return _guarded(_launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits, logits_dtype),
+                    q, kv_cache, weights, context_lens, block_tables)
 
 
 def _guarded(key, q, kv_cache, weights, context_lens, block_tables) -> _Kept | None:
@@ -99,9 +104,14 @@ def _guarded(key, q, kv_cache, weights, context_lens, block_tables) -> _Kept | N
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
-                         precision: str | None = None, check_values=True, config=None, out: torch.Tensor | None = None):
+                         precision: str | None = None, check_values=True, config=None, out: torch.Tensor | None = None,
+                         clean_logits: bool = True, logits_dtype: torch.dtype = torch.float32):
     """FP8 paged MQA logits: same contract and output as :func:`preshuffle.reference.fp8_paged_mqa_logits_ref`,
     fp32 ``[B * next_n, max_model_len]``, -inf where a row may not see a position.
+
+    ``clean_logits=False`` (DeepGEMM's default) skips the -inf fill past each sequence's context: the logits a row
+    may see are the same bits, every other position is unspecified (the kernels leave what they do not need to
+    write). ``logits_dtype=torch.bfloat16`` writes bf16 logits: each fp32 logit rounded to nearest even.
 
     ``precision``: "fp8" multiplies the fp8 values on fp8 tensor cores (DeepGEMM's numerics, what vLLM runs on
     Hopper: about 3e-4 of each logit's sum of |terms|), "exact" adds exact products in fp32 (1e-7). Default: fp8
@@ -117,12 +127,13 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     ``check_values=False`` skips the checks that read context lengths and block ids on the host (a device sync);
     the result stays defined for any values: NaN where a row may see a position whose block id is outside the
     cache or the table (:func:`preshuffle.contract.unreadable_positions`). Repeated unchecked calls of the same
-    dimensions skip the other checks too and launch the compiled Hopper kernel directly. ``out``, an fp32
-    ``[B * next_n, max_model_len]`` tensor, receives the result instead of a new one; every element is written."""
+    dimensions skip the other checks too and launch the compiled Hopper kernel directly. ``out``, a
+    ``[B * next_n, max_model_len]`` tensor of ``logits_dtype`` (its rows contiguous, and may be padded), receives the
+    result instead of a new one; every element is written unless ``clean_logits`` is False."""
     keep = not check_values and TensorGuards is not None
     if keep:
         try:  # the caller's arguments, unchecked
-            key = _launch_key(q, kv_cache, max_model_len, layout, precision, config)
+            key = _launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits, logits_dtype)
             kept = _guarded(key, q, kv_cache, weights, context_lens, block_tables)
         except (AttributeError, TypeError):  # no tensor or an unhashable scalar: the checks below name it
             keep, kept = False, None
@@ -136,6 +147,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     device.require_precision(precision, support)
     dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout,
                         check_values=check_values)
+    check_output_options(clean_logits, logits_dtype)
     if q.dtype != torch.float8_e4m3fn:  # the kernels' fp8 type (the reference takes every fp8 type)
         raise TypeError(f"the kernels take q as torch.float8_e4m3fn, got {q.dtype}")
     device.require_kernel_devices(q=q, kv_cache=kv_cache)
@@ -145,7 +157,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     kernel = kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config, layout=layout)
     if kernel == "portable" and isinstance(config, HopperConfig):
         raise ValueError("a HopperConfig needs an sm90 GPU; this process runs the portable kernel")
-    out = output_tensor(out, (dims.batch * dims.next_n, max_model_len), q.device)
+    out = output_tensor(out, (dims.batch * dims.next_n, max_model_len), q.device, logits_dtype)
     if kernel == "portable":
         config = config or default_config(dims.batch, max_model_len)
         if precision == "exact" and not support.fp8_types:
@@ -154,14 +166,14 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
             dot = config.dot if dot_precision(config.dot) == precision else _DOT[precision]
         config = dataclasses.replace(config, dot=dot)
         return portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims,
-                                         layout=layout, config=config, out=out)
+                                         layout=layout, config=config, out=out, clean=clean_logits)
     from .hopper import launch_hopper
 
     if out.numel() == 0:
         return out
     contiguous = (q.contiguous(), weights.contiguous(), context_lens.contiguous(), block_tables.contiguous())
     launch = launch_hopper(*contiguous[:1], kv_cache, *contiguous[1:], max_model_len, out, layout=layout,
-                           exact=precision == "exact",
+                           exact=precision == "exact", clean=clean_logits,
                            config=config or hopper_config(dims.batch, dims.next_n, max_model_len,
                                                           exact=precision == "exact", block_size=dims.block_size))
     if (keep and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables)))
@@ -170,5 +182,5 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
             _LAUNCHES.clear()
         guard = TensorGuards(q, kv_cache, weights, context_lens, block_tables, dynamic_dims_sizes=None,
                              dynamic_dims_strides=None)
-        _LAUNCHES[key] = _Kept(guard, launch, out.new_zeros(()).expand(out.shape))
+        _LAUNCHES[key] = _Kept(guard, launch, out.new_zeros(()).expand(out.shape), out.stride(0))
     return out

@@ -36,7 +36,9 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   whether rows get warpgroups of their own.
 
 Every position of the output row is written: logits where the row may see the position, -inf past that, NaN
-where the block id is invalid (the same contract as the portable kernel).
+where the block id is invalid (the same contract as the portable kernel); unless ``CLEAN`` is off (DeepGEMM's
+``clean_logits=False``), which skips the -inf fill past the context. Logits are stored in the output's type: fp32,
+or bf16 rounded to nearest even.
 """
 
 from __future__ import annotations
@@ -253,16 +255,17 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
         logits = gl.where(gl.convert_layout(page_ok, gl.SliceLayout(1, lay))[:, None], logits, float("nan"))
     logits = gl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
     ptrs = out_ptr + (b * NEXT_N + js).to(gl.int64)[None, :] * out_stride + pos[:, None]
-    gl.store(ptrs, logits, mask=(pos < end)[:, None] & (js < NEXT_N)[None, :])
+    gl.store(ptrs, logits.to(out_ptr.dtype.element_ty), mask=(pos < end)[:, None] & (js < NEXT_N)[None, :])
 
 
 @gluon.jit
 def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr,
           BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr,
-          CTX_2D: gl.constexpr, EXACT: gl.constexpr, GATHER: gl.constexpr, num_warps: gl.constexpr):
+          CTX_2D: gl.constexpr, EXACT: gl.constexpr, GATHER: gl.constexpr, CLEAN: gl.constexpr,
+          num_warps: gl.constexpr):
     """One warpgroup, for query rows J0 .. J0+ROWS-1 (ROWS a power of two; rows past next_n are zero): per chunk,
     MMAs of the keys against the queries of two rows at a time (one when ROWS is 1), each followed by its epilogue;
-    then -inf for its rows' positions past the context."""
+    then (``CLEAN``) -inf for its rows' positions past the context."""
     ptrs, buffers, bars, dims = work
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
     out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read = dims
@@ -339,13 +342,13 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
             _store_chunk(acc, wg, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
                          J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
 
-    # Positions past the context: -inf, without touching the cache.
-    tail = gl.arange(0, _CHUNK, layout=flat)
-    neg_inf = gl.full([_CHUNK], float("-inf"), gl.float32, layout=flat)
-    for first in range(start + n_read * _CHUNK, end, _CHUNK):
-        for j in gl.static_range(J0, J_END):
-            gl.store(out_ptr + (b * NEXT_N + j).to(gl.int64) * out_stride + first + tail, neg_inf,
-                     mask=first + tail < end)
+    if CLEAN:  # positions past the context: -inf, without touching the cache
+        tail = gl.arange(0, _CHUNK, layout=flat)
+        neg_inf = gl.full([_CHUNK], float("-inf"), out_ptr.dtype.element_ty, layout=flat)
+        for first in range(start + n_read * _CHUNK, end, _CHUNK):
+            for j in gl.static_range(J0, J_END):
+                gl.store(out_ptr + (b * NEXT_N + j).to(gl.int64) * out_stride + first + tail, neg_inf,
+                         mask=first + tail < end)
 
 
 @gluon.jit
@@ -353,8 +356,9 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
                    bt_stride, bt_width, out_stride, max_model_len, tokens_per_program, num_blocks,
                    NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                    TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
-                   EXACT: gl.constexpr, GATHER: gl.constexpr, MATH_WGS: gl.constexpr, MATH_REGS: gl.constexpr,
-                   LOADER_WARPS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                   EXACT: gl.constexpr, GATHER: gl.constexpr, CLEAN: gl.constexpr, MATH_WGS: gl.constexpr,
+                   MATH_REGS: gl.constexpr, LOADER_WARPS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                   num_warps: gl.constexpr):
     # kv_src, sc_src: TMA descriptors over the cache's values and scales, or (GATHER) pointers to them.
     b = gl.program_id(0)
     start = gl.program_id(1) * tokens_per_program
@@ -394,26 +398,30 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:
         gl.warp_specialize([
-            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
+            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN,
+                     num_warps)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [LOADER_WARPS], [LOADER_REGS])
     elif MATH_WGS == 2:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN,
+                     num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN, 4)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, LOADER_WARPS], [MATH_REGS, LOADER_REGS])
     elif MATH_WGS == 3:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
-            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN,
+                     num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN, 4)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, LOADER_WARPS],
             [MATH_REGS, MATH_REGS, LOADER_REGS])
     else:
         gl.warp_specialize([
-            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, num_warps)),
-            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
-            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
-            (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, 4)),
+            (_math, (work, 0, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN,
+                     num_warps)),
+            (_math, (work, 1, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN, 4)),
+            (_math, (work, 2, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN, 4)),
+            (_math, (work, 3, 1, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN, 4)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [4, 4, 4, LOADER_WARPS],
             [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
 
@@ -469,29 +477,30 @@ class HopperLaunch:
 
 
 def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx_2d: bool, exact: bool,
-                   config: HopperConfig) -> tuple[dict, int]:
+                   config: HopperConfig, clean: bool = True) -> tuple[dict, int]:
     """The kernel's constexprs for a call of these dimensions, and its register budget a thread."""
     maxnreg = hopper_registers(config, next_n, exact)
     gather = gathers(block_size)
     constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
                       TOK=CHUNK if gather else min(block_size, CHUNK), STAGES=config.stages,
-                      SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d, EXACT=exact, GATHER=gather,
+                      SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d, EXACT=exact, GATHER=gather, CLEAN=clean,
                       MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg, LOADER_WARPS=4 if gather else 1,
                       LOADER_REGS=config.loader_regs or hopper_loader_regs(block_size))
     return constexprs, maxnreg
 
 
 def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_len, out, *, layout: str,
-                  exact: bool, config: HopperConfig) -> HopperLaunch:
+                  exact: bool, config: HopperConfig, clean: bool = True) -> HopperLaunch:
     """Launch the kernel on checked inputs (see :func:`preshuffle.kernels.fp8_paged_mqa_logits`) through Triton's
-    JIT, and return the launch that repeats it for tensors of the same dimensions and alignment."""
+    JIT, and return the launch that repeats it for tensors of the same dimensions, alignment and output row
+    stride (``out``: fp32 or bf16, rows contiguous)."""
     batch, next_n, heads, _ = q.shape
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     grid = (batch, triton.cdiv(max_model_len, config.tokens_per_program))
     dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, config.tokens_per_program,
             num_blocks)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=context_lens.dim() == 2,
-                                         exact=exact, config=config)
+                                         exact=exact, config=config, clean=clean)
     srcs = sources(kv_cache, layout)
     compiled = _hopper_kernel[grid](q, *srcs, weights, context_lens, block_tables, out, *dims, **constexprs,
                                     num_warps=4, maxnreg=maxnreg)
@@ -499,14 +508,16 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
 
 
 def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
-                 ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None):
+                 ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None, clean: bool = True,
+                 bf16: bool = False):
     """What a launch of these dimensions compiles, with 16-byte aligned tensors: Gluon's source of the kernel (its
-    signature, constexprs and alignment), and the launch's register budget a thread."""
+    signature, constexprs and alignment), and the launch's register budget a thread. ``clean``: the -inf fill past
+    the context; ``bf16``: bf16 logits instead of fp32."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     config = config or HopperConfig(CHUNK)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
-                                         config=config)
+                                         config=config, clean=clean)
     if gathers(block_size):
         cache_args = {"kv_src": "*fp8e4nv", "sc_src": "*fp32"}
     else:
@@ -514,7 +525,7 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
         cache_args = {"kv_src": f"tensordesc<fp8e4nv{values.block_shape},{values.layout!r}>",
                       "sc_src": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>"}
     signature = {"q_ptr": "*fp8e4nv", **cache_args,
-                 "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32",
+                 "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*bf16" if bf16 else "*fp32",
                  **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "tokens_per_program",
                                   "num_blocks"), "i32"),
                  **dict.fromkeys((*constexprs, "num_warps"), "constexpr")}
@@ -524,7 +535,8 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
 
 
 def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
-                  ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None):
+                  ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None, clean: bool = True,
+                  bf16: bool = False):
     """Compile the kernel for sm90a without a GPU (Triton's bundled ptxas): what a launch of these dimensions
     would run, for reading its resources and SASS on any machine (:mod:`preshuffle.kernels.sass`). Returns Triton's
     compiled kernel. Call it where TRITON_INTERPRET is 0: under the interpreter, Triton's own jit helpers that
@@ -532,5 +544,5 @@ def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, lay
     from triton.backends.compiler import GPUTarget
 
     source, maxnreg = sm90a_source(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
-                                   config=config)
+                                   config=config, clean=clean, bf16=bf16)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))

@@ -12,7 +12,10 @@ Each program owns one sequence and a run of ``tokens_per_program`` positions of 
 the sequence's queries ``[next_n*H, D]`` and weights in registers, then for each CHUNK of positions loads
 the fp8 keys and their scales, computes ``relu(s * q.k)`` with one ``tl.dot``, reduces over heads with the
 weights, and stores the logits (-inf outside each row's visible prefix). Positions past the context are
-filled with -inf without touching the cache, so the output is fully defined up to ``max_model_len``.
+filled with -inf without touching the cache, so the output is fully defined up to ``max_model_len``; unless
+``CLEAN`` is off (DeepGEMM's ``clean_logits=False``): then no program writes past the chunks that hold its rows'
+context, and what a row may not see is left unspecified. A bf16 output gets each fp32 logit rounded to nearest
+even.
 Where Triton has no e4m3 type (sm80-sm86) the exact path decodes the bytes to fp16 with integer instructions
 (``DOT`` "fp16-decode"), the same values Triton's conversion gives elsewhere.
 
@@ -45,6 +48,27 @@ def _e4m3_over_256(x):
     x = x.to(tl.int16)
     v = (((x & 0x80) << 8) | ((x & 0x7F) << 7)).to(tl.float16, bitcast=True)
     return tl.where((x & 0x7F) == 0x7F, float("nan"), v)
+
+
+@triton.jit
+def _round_to_bf16(x):
+    """fp32 to bf16, rounded to nearest even, with integer instructions: Triton's interpreter truncates where a GPU's
+    conversion rounds, and the kernel must give the same bits in both. Adding 0x7FFF plus the lowest kept bit carries
+    into the kept bits exactly when the dropped half is above half an ulp, or at half with the kept bits odd; NaN
+    stays NaN (the carry could turn a NaN with a small payload into an infinity)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    rounded = tl.where(x != x, 0x7FC0, rounded)
+    return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _as_output(ptrs, logits):
+    """``logits`` in the element type of the output ``ptrs`` point into (fp32, or bf16)."""
+    if ptrs.dtype.element_ty == tl.bfloat16:
+        return _round_to_bf16(logits)
+    else:
+        return logits
 
 
 @triton.jit
@@ -147,11 +171,12 @@ def _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride,
     scores = tl.maximum(scores, 0.0) * w[None, :]
     logits = tl.sum(tl.reshape(scores, (CHUNK, NEXT_N_PAD, H)), axis=2) * s[:, None]  # [CHUNK, NEXT_N_PAD]
     logits = tl.where(real[:, None], logits, float("nan"))
+    ptrs = out_rows + pos[:, None]
     if MASKED:
         logits = tl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
-        tl.store(out_rows + pos[:, None], logits, mask=row_mask & (pos < end)[:, None])
+        tl.store(ptrs, _as_output(ptrs, logits), mask=row_mask & (pos < end)[:, None])
     else:
-        tl.store(out_rows + pos[:, None], logits, mask=row_mask)
+        tl.store(ptrs, _as_output(ptrs, logits), mask=row_mask)
 
 
 @triton.jit
@@ -177,7 +202,7 @@ def _paged_mqa_logits_kernel(
     bt_stride, table_tokens, num_blocks, out_stride, max_model_len, tokens_per_program,
     NEXT_N: tl.constexpr, NEXT_N_PAD: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
-    DOT: tl.constexpr,
+    DOT: tl.constexpr, CLEAN: tl.constexpr,
 ):
     b = tl.program_id(0)
     start = tl.program_id(1) * tokens_per_program
@@ -238,10 +263,11 @@ def _paged_mqa_logits_kernel(
                   kv_ptr, scale_ptr, dim_offsets, out_rows, row_mask, H, D, NEXT_N_PAD, BLOCK_SIZE, SHUFFLED, CHUNK,
                   DOT, MASKED=True)
 
-    neg_inf = tl.full((CHUNK, NEXT_N_PAD), float("-inf"), tl.float32)
-    for tail in range(start + n_read * CHUNK, end, CHUNK):
-        pos = tail + tok
-        tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
+    if CLEAN:
+        neg_inf = _as_output(out_rows, tl.full((CHUNK, NEXT_N_PAD), float("-inf"), tl.float32))
+        for tail in range(start + n_read * CHUNK, end, CHUNK):
+            pos = tail + tok
+            tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
 
 
 def check_tiles(heads: int, head_dim: int, what: str) -> None:
@@ -253,9 +279,10 @@ def check_tiles(heads: int, head_dim: int, what: str) -> None:
 
 
 def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims: CallDims, *,
-                              layout: str, config: LaunchConfig, out: torch.Tensor):
+                              layout: str, config: LaunchConfig, out: torch.Tensor, clean: bool = True):
     """Launch the portable kernel on inputs :func:`preshuffle.kernels.fp8_paged_mqa_logits` checked (``dims``:
-    shapes and values; ``q`` e4m3, tensors on the kernels' device; ``out`` the checked output tensor)."""
+    shapes and values; ``q`` e4m3, tensors on the kernels' device; ``out`` the checked output tensor, fp32 or bf16,
+    its rows contiguous; ``clean``: write -inf past each row's context too)."""
     check_tiles(dims.heads, dims.head_dim, "the Triton kernel")
     tokens_per_program = config.tokens_per_program or whole_row(max_model_len, config.chunk)
     block_tables = block_tables.contiguous()
@@ -269,6 +296,6 @@ def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
         tokens_per_program,
         NEXT_N=dims.next_n, NEXT_N_PAD=triton.next_power_of_2(dims.next_n), H=dims.heads, D=dims.head_dim,
         BLOCK_SIZE=dims.block_size, SHUFFLED=layout == "shuffle", CTX_2D=dims.ctx_2d, CHUNK=config.chunk,
-        DOT=config.dot, num_warps=config.num_warps, num_stages=config.num_stages,
+        DOT=config.dot, CLEAN=clean, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out

@@ -20,6 +20,13 @@ CONTRACTS = {"exact": {"max_rel_error": RTOL}, "fp8": {"max_rel_error": 1e-3, "c
 # bound: on the H200 a call with one finite logit, 1.7e-5 of its sum of |terms| off, had calc_diff 8.2e-7. So the
 # clause holds outputs of at least one chunk of finite logits; smaller ones are held to the per-logit clause.
 CALC_DIFF_MIN_LOGITS = 64
+# bf16 logits (``logits_dtype=torch.bfloat16``) are the fp32 logits rounded to nearest even: bf16 keeps 8 significant
+# bits, so rounding moves a logit by at most 2**-8 of itself, and a logit is at most (1 + its fp32 error) times its
+# sum of |terms|. Each clause is the fp32 one plus that rounding, rounded up: 1e-5 + 2**-8 * (1 + 1e-5) = 3.92e-3
+# (exact) and 1e-3 + 2**-8 * 1.001 = 4.91e-3 (fp8); over a whole output calc_diff grows to at most
+# (sqrt(1e-7) + 2**-8 / sqrt(2))**2 = 9.5e-6. DeepGEMM's own test allows calc_diff 3e-5 against its bf16 reference.
+BF16_ROUNDING = 2.0 ** -8
+BF16_CONTRACTS = {"exact": {"max_rel_error": 4e-3}, "fp8": {"max_rel_error": 5e-3, "calc_diff": 1e-5}}
 
 
 def compare_logits(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor) -> dict:
@@ -40,11 +47,19 @@ def compare_logits(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor
             "finite": int(finite.sum()), "calc_diff": calc_diff(out, ref)}
 
 
-def meets_contract(verdict: dict, precision: str) -> bool:
-    """Whether a :func:`compare_logits` verdict holds the contract of ``precision`` ("exact" or "fp8")."""
+def contract(precision: str, logits_dtype: torch.dtype = torch.float32) -> dict:
+    """The clauses logits of ``precision`` ("exact" or "fp8") written as ``logits_dtype`` (fp32 or bf16) hold."""
     if precision not in CONTRACTS:
         raise ValueError(f"precision must be one of {tuple(CONTRACTS)}, got {precision!r}")
-    clauses = {k: v for k, v in CONTRACTS[precision].items()
+    if logits_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"logits_dtype must be torch.float32 or torch.bfloat16, got {logits_dtype!r}")
+    return (BF16_CONTRACTS if logits_dtype == torch.bfloat16 else CONTRACTS)[precision]
+
+
+def meets_contract(verdict: dict, precision: str, logits_dtype: torch.dtype = torch.float32) -> bool:
+    """Whether a :func:`compare_logits` verdict holds the contract of ``precision`` ("exact" or "fp8") for logits
+    written as ``logits_dtype``."""
+    clauses = {k: v for k, v in contract(precision, logits_dtype).items()
                if k != "calc_diff" or verdict.get("finite", 0) >= CALC_DIFF_MIN_LOGITS}
     return verdict["same_inf_pattern"] and all(verdict.get(k, 1.0) <= v for k, v in clauses.items())
 
