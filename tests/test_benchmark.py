@@ -1,12 +1,14 @@
 """The benchmark's logic on the CPU, with the GPU timers replaced (they refuse the interpreter)."""
 
+import types
+
 import pytest
 import torch
 
 from preshuffle import benchmark, deepgemm, device, report
 from preshuffle.kernels import launch
 from preshuffle.reference import reference_and_magnitude
-from preshuffle.shapes import ANCHOR_SHAPES, Shape
+from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from preshuffle.testing import inputs, timing
 
 needs_interpreter = pytest.mark.skipif(not device.INTERPRETED, reason="checks the harness logic without a GPU timer")
@@ -113,6 +115,57 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     summary = report.summary(record)[0]
     assert summary["block1_over_block64"] == 1.0 and summary["deepgemm_us"] is None
     assert summary["eager_minus_graph_us"] == 0.0 and summary["torch_over_fp8"] == 1.0
+
+
+def stand_in_deepgemm(calls: list):
+    """A ``deep_gemm`` that computes its logits with our kernel and records the rows and schedule slots it gets."""
+    from preshuffle.kernels import fp8_paged_mqa_logits
+
+    def metadata(visible, block_size, slots):
+        return slots
+
+    def logits(q_pair, kv_cache, weights, visible, block_tables, slots, max_model_len, clean, *, logits_dtype):
+        calls.append((q_pair[0].shape[1], slots))
+        return fp8_paged_mqa_logits(q_pair[0], kv_cache, weights, visible, block_tables, max_model_len,
+                                    precision="exact", logits_dtype=logits_dtype)
+
+    return types.SimpleNamespace(__version__="2.5.0", get_num_sms=lambda: 132, get_paged_mqa_logits_metadata=metadata,
+                                 fp8_fp4_paged_mqa_logits=logits)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("branch, native", [("nv_dev", {1, 4}), ("main", {1})])
+def test_run_times_deepgemm_natively_where_its_build_takes_next_n_and_flattened_elsewhere(monkeypatch, stub_timer,
+                                                                                          branch, native):
+    """nv_dev takes next_n = 4 natively, on one scheduler slot per two SMs; main, and every build at next_n = 3, get
+    the rows flattened to next_n = 1. The record names the build."""
+    monkeypatch.setattr(timing, "refuse_interpreter", lambda: None)
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda: 4e12)
+    monkeypatch.setattr(timing, "floor_ms", lambda: 0.004)
+    monkeypatch.setenv("PRESHUFFLE_DEEPGEMM_BRANCH", branch)
+    monkeypatch.setenv("PRESHUFFLE_DEEPGEMM_COMMIT", "0123abc")
+    calls = []
+    monkeypatch.setattr(deepgemm, "load", lambda: stand_in_deepgemm(calls))
+    monkeypatch.setattr(benchmark, "benchmark_problem",
+                        lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=32))
+    shapes = [Shape(2, 1, 100), Shape(2, 3, 100), Shape(2, 4, 100)]
+    record = benchmark.run(shapes, ("block64-normal",), steps=False, torch_baseline=False)
+    assert record["deepgemm"] == {"version": "2.5.0", "branch": branch, "commit": "0123abc", "source": "environment"}
+    rows = {r["shape"]["next_n"]: r for r in record["rows"] if r["kernel"].startswith("deepgemm")}
+    assert {n for n, r in rows.items() if r["kernel"] == "deepgemm"} == native
+    assert {n for n, r in rows.items() if r["kernel"] == "deepgemm-flattened"} == {3, 4} - native
+    assert all(r["meets_contract"] for r in rows.values())
+    assert rows[4]["schedule_slots"] == (66 if branch == "nv_dev" else 132) and rows[3]["schedule_slots"] == 132
+    assert {next_n for next_n, _ in calls} == ({1, 4} if branch == "nv_dev" else {1})
+    assert report.summary(record)[2]["deepgemm"] == ("deepgemm" if branch == "nv_dev" else "deepgemm-flattened")
+
+
+def test_the_benchmark_runs_multi_token_prediction_on_deepgemms_cache_and_16_token_pages():
+    jobs = benchmark._jobs([Shape(64, 2, 8192), Shape(64, 4, 8192)], VARIANTS)
+    assert [name for shape, name in jobs if shape.next_n == 2] == list(VARIANTS)
+    assert [name for shape, name in jobs if shape.next_n == 4] == ["block16-normal", "block16-shuffle",
+                                                                   "block64-normal"]
+    assert benchmark.MTP_SHAPES == (Shape(64, 3, 8192), Shape(256, 3, 8192), Shape(64, 4, 8192), Shape(256, 4, 8192))
 
 
 def test_torch_baseline_fits_only_where_its_keys_and_scores_fit():

@@ -1,5 +1,6 @@
 """``python -m preshuffle``, run as a user runs it."""
 
+import json
 import subprocess
 import sys
 
@@ -84,3 +85,17 @@ def test_main_results_names_a_missing_file(tmp_path, capsys):
     missing = tmp_path / "none.json"
     with pytest.raises(FileNotFoundError, match="none.json"):
         main(["results", "--file", str(missing)])
+
+
+def test_main_results_of_several_runs_sets_ours_beside_each_build(tmp_path, capsys):
+    record = report.load()
+    paths = []
+    for name, build in (("main", {"version": "2.6.1", "branch": "main", "commit": "54e2261", "source": "env"}),
+                        ("nv_dev", {"version": "2.5.0", "branch": "nv_dev", "commit": "a6b593d", "source": "env"})):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({**record, "deepgemm": build}))
+    assert main(["results", "--file", *map(str, paths)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("| B, next_n, ctx | DeepGEMM main 54e2261 (2.6.1) (us) | ours (us) | ours / it | "
+                        "DeepGEMM nv_dev a6b593d (2.5.0) (us) | ours (us) | ours / it |")
+    assert len([line for line in lines[2:] if line.startswith("| ")]) == len(report.shapes(record))

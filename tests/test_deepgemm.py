@@ -1,7 +1,9 @@
-"""The DeepGEMM adapter on the CPU: which problems it refuses, what it hands DeepGEMM (through a stand-in module
-that records its arguments), the flattened next_n = 1 problem, and the masking of unwritten positions."""
+"""The DeepGEMM adapter on the CPU: which build a process imported, which problems each build refuses, what it hands
+DeepGEMM (through a stand-in module that records its arguments), the flattened next_n = 1 problem, and the masking
+of unwritten positions."""
 
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,23 +34,66 @@ def test_refusal_names_what_deepgemm_cannot_take(kwargs, reason):
         deepgemm.logits_fn(types.SimpleNamespace(), problem_of(**kwargs))
 
 
+NV_DEV = deepgemm.Build("2.5.0", "nv_dev", "a6b593d", "build folder")
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(block_size=16), "block size 16 normal: DeepGEMM takes 32 or 64-token natural blocks"),
+    (dict(next_n=3), "next_n 3, 32 heads: its SM90 kernel takes next_n 1, 2 or 4, 16, 32 or 64 heads"),
+    (dict(heads=128), "next_n 1, 128 heads: its SM90 kernel takes next_n 1, 2 or 4, 16, 32 or 64 heads"),
+])
+def test_nv_dev_refuses_less(kwargs, reason):
+    """nv_dev's SM90 kernel also takes next_n 4, 32-token blocks and 16 heads; main's does not."""
+    assert deepgemm.refusal(problem_of(**kwargs), NV_DEV) == reason
+    for taken in (dict(next_n=4), dict(block_size=32), dict(heads=16), dict(next_n=2, block_size=32, heads=16)):
+        assert deepgemm.refusal(problem_of(**taken), NV_DEV) is None, taken
+        assert deepgemm.refusal(problem_of(**taken)) is not None, taken
+
+
+def test_build_info_reads_the_environment_then_the_build_folder(monkeypatch, tmp_path):
+    for name in ("PRESHUFFLE_DEEPGEMM_BRANCH", "PRESHUFFLE_DEEPGEMM_COMMIT"):
+        monkeypatch.delenv(name, raising=False)
+    package = tmp_path / "deepgemm-nvdev-a6b593d" / "DeepGEMM" / "deep_gemm"
+    package.mkdir(parents=True)
+    module = types.SimpleNamespace(__version__="2.5.0", __file__=str(package / "__init__.py"))
+    assert deepgemm.build_info(module) == NV_DEV
+    main = tmp_path / "deepgemm-54e2261" / "DeepGEMM" / "deep_gemm"
+    main.mkdir(parents=True)
+    built = deepgemm.build_info(types.SimpleNamespace(__version__="2.6.1", __file__=str(main / "__init__.py")))
+    assert (built.branch, built.commit, built.source, built.label) == ("main", "54e2261", "build folder",
+                                                                        "main 54e2261 (2.6.1)")
+    unknown = deepgemm.build_info(types.SimpleNamespace(__file__=str(Path(tmp_path, "site", "deep_gemm.py"))))
+    assert (unknown.version, unknown.branch, unknown.commit, unknown.source) == (None, None, None, "unknown")
+    assert unknown.next_n == deepgemm.MAIN.next_n and unknown.label == "of unknown branch"
+    monkeypatch.setenv("PRESHUFFLE_DEEPGEMM_BRANCH", "nv_dev")
+    monkeypatch.setenv("PRESHUFFLE_DEEPGEMM_COMMIT", "8b1392b")
+    named = deepgemm.build_info(module)
+    assert (named.branch, named.commit, named.source) == ("nv_dev", "8b1392b", "environment")
+    assert named.as_dict() == {"version": "2.5.0", "branch": "nv_dev", "commit": "8b1392b", "source": "environment"}
+
+
+def recording_deepgemm(seen: dict, sms: int = 132):
+    """A stand-in ``deep_gemm`` that records what the adapter hands it."""
+    def metadata(visible, block_size, slots):
+        seen["metadata"] = (visible.clone(), block_size, slots)
+        return "schedule"
+
+    def logits(q_pair, kv_cache, weights, visible, block_tables, schedule, max_model_len, clean, *, logits_dtype):
+        seen["call"] = (q_pair, kv_cache, weights, visible, block_tables, schedule, max_model_len, clean)
+        seen["logits_dtype"] = logits_dtype
+        return "logits"
+
+    return types.SimpleNamespace(get_paged_mqa_logits_metadata=metadata, get_num_sms=lambda: sms,
+                                 fp8_fp4_paged_mqa_logits=logits)
+
+
 @pytest.mark.parametrize("next_n", [1, 2])
-def test_logits_fn_passes_each_row_its_visible_length_and_the_schedule(next_n):
+@pytest.mark.parametrize("logits_dtype", [torch.float32, torch.bfloat16])
+def test_logits_fn_passes_each_row_its_visible_length_and_the_schedule(next_n, logits_dtype):
     problem = problem_of(next_n=next_n)
     assert deepgemm.refusal(problem) is None
     seen = {}
-
-    def metadata(visible, block_size, sms):
-        seen["metadata"] = (visible.clone(), block_size, sms)
-        return "schedule"
-
-    def logits(q_pair, kv_cache, weights, visible, block_tables, schedule, max_model_len, clean):
-        seen["call"] = (q_pair, kv_cache, weights, visible, block_tables, schedule, max_model_len, clean)
-        return "logits"
-
-    fake = types.SimpleNamespace(get_paged_mqa_logits_metadata=metadata, get_num_sms=lambda: 132,
-                                 fp8_fp4_paged_mqa_logits=logits)
-    fn = deepgemm.logits_fn(fake, problem)
+    fn = deepgemm.logits_fn(recording_deepgemm(seen), problem, deepgemm.MAIN, logits_dtype)
     visible, block_size, sms = seen["metadata"]
     lens = problem.context_lens.tolist()
     assert visible.dtype == torch.int32 and visible.is_contiguous()
@@ -59,7 +104,31 @@ def test_logits_fn_passes_each_row_its_visible_length_and_the_schedule(next_n):
     assert q_pair[0] is problem.q and q_pair[1] is None and kv_cache is problem.kv_cache
     assert weights is problem.weights and block_tables is problem.block_tables
     assert torch.equal(passed, visible) and schedule == "schedule"
-    assert max_model_len == problem.max_model_len and clean is False
+    assert max_model_len == problem.max_model_len and clean is False and seen["logits_dtype"] == logits_dtype
+
+
+@pytest.mark.parametrize("next_n, slots", [(1, 132), (2, 132), (4, 66)])
+def test_nv_dev_schedules_next_n_4_over_clusters_of_two_sms(next_n, slots):
+    """vLLM passes nv_dev get_num_sms() // 2 scheduler slots at next_n = 4, where each task is a cluster of two
+    CTAs; one slot an SM elsewhere."""
+    seen = {}
+    deepgemm.logits_fn(recording_deepgemm(seen), problem_of(next_n=next_n), NV_DEV)
+    assert seen["metadata"][2] == slots == NV_DEV.schedule_slots(132, next_n)
+    assert deepgemm.MAIN.schedule_slots(132, next_n) == 132
+
+
+def test_logits_fn_reads_the_build_of_the_module_it_is_given(monkeypatch, tmp_path):
+    for name in ("PRESHUFFLE_DEEPGEMM_BRANCH", "PRESHUFFLE_DEEPGEMM_COMMIT"):
+        monkeypatch.delenv(name, raising=False)
+    seen = {}
+    module = recording_deepgemm(seen)
+    with pytest.raises(ValueError, match="next_n 4, 32 heads: its SM90 kernel takes next_n 1-2"):
+        deepgemm.logits_fn(module, problem_of(next_n=4))     # a build of unknown branch is taken for main
+    package = tmp_path / "deepgemm-nvdev-a6b593d" / "DeepGEMM" / "deep_gemm"
+    package.mkdir(parents=True)
+    module.__file__ = str(package / "__init__.py")
+    deepgemm.logits_fn(module, problem_of(next_n=4))
+    assert seen["metadata"][2] == 66
 
 
 @pytest.mark.parametrize("next_n", [2, 3])

@@ -410,3 +410,50 @@ def test_format_step_gives_a_rungs_time_and_its_gain_over_the_rung_before(record
     assert "as fast" not in report.format_step(ladders, first["step"])
     with pytest.raises(ValueError, match="step 'no such step' is not in the ladder of B=64"):
         report.format_step(ladders, "no such step")
+
+
+def run_against(record: dict, build, scale: float, extra_rows=()) -> dict:
+    """The committed run as if timed against another DeepGEMM build: its DeepGEMM rows ``scale`` times as long."""
+    run = json.loads(json.dumps(record))
+    run["deepgemm"] = build
+    for row in run["rows"]:
+        if row["kernel"].startswith("deepgemm"):
+            row["us"] *= scale
+    run["rows"] += [dict(row) for row in extra_rows]
+    return run
+
+
+def test_a_run_recorded_before_builds_were_named_reads_as_its_version(record):
+    assert report.deepgemm_build(record) == {"version": record["deepgemm"], "branch": None, "commit": None,
+                                             "source": "unknown"}
+    assert report.build_label(record) == f"DeepGEMM {record['deepgemm']}"
+    assert report.provenance_line(record).endswith(", DeepGEMM in the same process")
+    named = run_against(record, {"version": "2.5.0", "branch": "nv_dev", "commit": "a6b593d", "source": "env"}, 1)
+    assert report.build_label(named) == "DeepGEMM nv_dev a6b593d (2.5.0)"
+    assert report.provenance_line(named).endswith(", DeepGEMM nv_dev a6b593d (2.5.0) in the same process")
+    assert report.deepgemm_build({"deepgemm": None}) is None and report.build_label({"deepgemm": None}) is None
+
+
+def test_against_builds_divides_only_times_of_one_run(record):
+    """Two runs, one a build: each ratio is ours over that run's DeepGEMM; a shape one run measured natively
+    (next_n = 4 on nv_dev) and the other flattened keeps each run's kind of row."""
+    shape = Shape(64, 4, 8192)
+    ours = {"shape": {"batch": 64, "next_n": 4, "avg_ctx": 8192}, "variant": "block64-normal", "kernel": "hopper",
+            "precision": "fp8", "timing": "graph", "rule": True, "us": 55.0}
+    main = run_against(record, {"version": "2.6.1", "branch": "main", "commit": "54e2261", "source": "env"}, 1.0,
+                       [ours, {**ours, "kernel": "deepgemm-flattened", "rule": False, "us": 60.0}])
+    nv_dev = run_against(record, {"version": "2.5.0", "branch": "nv_dev", "commit": "a6b593d", "source": "env"}, 0.5,
+                         [{**ours, "us": 56.0}, {**ours, "kernel": "deepgemm", "rule": False, "us": 40.0}])
+    rows = {r["shape"]: r["runs"] for r in report.against_builds([main, nv_dev])}
+    assert list(rows) == report.shapes(record) + [shape]
+    for shape_, (first, second) in rows.items():
+        assert (first["build"], second["build"]) == ("DeepGEMM main 54e2261 (2.6.1)", "DeepGEMM nv_dev a6b593d (2.5.0)")
+        assert first["ours_over_deepgemm"] == pytest.approx(first["ours_us"] / first["deepgemm_us"])
+        assert second["ours_over_deepgemm"] == pytest.approx(second["ours_us"] / second["deepgemm_us"])
+        if shape_ != shape:
+            assert second["deepgemm_us"] == pytest.approx(first["deepgemm_us"] * 0.5)
+    assert (rows[shape][0]["deepgemm"], rows[shape][0]["ours_over_deepgemm"]) == ("deepgemm-flattened", 55 / 60)
+    assert (rows[shape][1]["deepgemm"], rows[shape][1]["ours_over_deepgemm"]) == ("deepgemm", 56 / 40)
+    table = report.builds_table([main, nv_dev])
+    assert "| 64, 4, 8K | 60.0 (flattened) | 55.0 | 0.92x | 40.0 | 56.0 | 1.40x |" in table
+    assert table.count("in the same process") == 2 and "Flattened: DeepGEMM on the same rows" in table

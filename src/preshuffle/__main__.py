@@ -65,7 +65,10 @@ def _bench(args) -> int:
 def _results(args) -> int:
     from . import report
 
-    print(report.results_table(report.load(args.file) if args.file else report.load()))
+    if args.file and len(args.file) > 1:
+        print(report.builds_table([report.load(path) for path in args.file]))
+    else:
+        print(report.results_table(report.load(args.file[0]) if args.file else report.load()))
     return 0
 
 
@@ -118,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     ben.set_defaults(run=_bench)
 
     res = commands.add_parser("results", help="the committed H200 run as the README's Markdown table")
-    res.add_argument("--file", help="a results file of `bench` (default: results/h200.json)")
+    res.add_argument("--file", nargs="+",
+                     help="a results file of `bench` (default: results/h200.json); several (one a DeepGEMM build, "
+                          "each timed in its own process): ours beside each build, each ratio from its own run")
     res.set_defaults(run=_results)
     return parser
 

@@ -36,9 +36,11 @@ from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem
 from .testing.numeric import CONTRACTS, bitwise_equal, check_repeatable, compare_logits, meets_contract
 
 RUN_ORDER = tuple(reversed(PRECISIONS))  # fp8 first: the rows a reader compares with DeepGEMM's lead
-# Multi-token prediction with 3 draft rows, which DeepGEMM's SM90 kernel does not take: timed beside DeepGEMM on
-# the same rows flattened to next_n = 1.
-MTP_SHAPES = (Shape(64, 3, 8192), Shape(256, 3, 8192))
+# Multi-token prediction with 3 and 4 query rows: DeepGEMM's SM90 kernels take neither (main) or only 4 (nv_dev, on
+# clusters of two CTAs); what a build does not take is timed on the same rows flattened to next_n = 1, as vLLM runs it.
+MTP_SHAPES = (Shape(64, 3, 8192), Shape(256, 3, 8192), Shape(64, 4, 8192), Shape(256, 4, 8192))
+# The caches multi-token prediction is measured on: DeepGEMM's, and 16-token natural and preshuffled pages.
+MTP_VARIANTS = ("block64-normal", "block16-normal", "block16-shuffle")
 LADDER_SHAPES = (Shape(64, 1, 8192), Shape(4096, 1, 8192))
 HOST_SHAPES = (Shape(1, 1, 131072), Shape(64, 1, 8192))
 # The scalar loops run on one sequence's first positions: the whole shape would take hours of Python.
@@ -50,9 +52,10 @@ REPEATS = 20  # runs of every implementation compared bit for bit before it is t
 
 def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, copy_bytes_per_s: float,
             graph: bool = True, clean_l2: bool = False, masked: bool = False,
-            checked: torch.Tensor | None = None) -> dict:
+            checked: torch.Tensor | None = None, logits_dtype: torch.dtype = torch.float32) -> dict:
     """Check ``fn`` against ``reference`` (the float64 logits and magnitudes of ``problem``) by the contract of
-    ``precision`` and for bitwise repeatability, then time it if it meets the contract.
+    ``precision`` for logits of ``logits_dtype`` and for bitwise repeatability, then time it if it meets the
+    contract.
 
     ``masked``: ``fn`` leaves masked positions unwritten (DeepGEMM): set them to -inf before comparing.
     ``checked``: the output of an already verified launch of the same kernel (another split), which ``fn`` must
@@ -66,7 +69,7 @@ def measure(fn, problem: PagedMQAProblem, reference: tuple, *, precision: str, c
     except AssertionError:
         out, repeatable = fn_written(), False
     verdict = compare_logits(out, *reference)
-    verdict["meets_contract"] = meets_contract(verdict, precision)
+    verdict["meets_contract"] = meets_contract(verdict, precision, logits_dtype)
     if checked is not None:
         verdict["bitwise_equal_to_rule"] = bitwise_equal(out, checked)
         verdict["meets_contract"] = verdict["meets_contract"] and verdict["bitwise_equal_to_rule"]
@@ -227,25 +230,26 @@ def _driver_version() -> str | None:
 
 
 def _jobs(shapes, variants):
-    """Every anchor shape on every cache; the next_n = 3 shapes on block64-normal, DeepGEMM's cache."""
+    """Every anchor shape on every cache; multi-token prediction (next_n 3 and 4) on :data:`MTP_VARIANTS`."""
     return [(shape, name) for shape in shapes for name in variants
-            if shape.next_n <= 2 or name == "block64-normal"]
+            if shape.next_n <= 2 or name in MTP_VARIANTS]
 
 
 def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = True,
         steps: bool = True, torch_baseline: bool = True, on_row=None) -> dict:
     """The whole measurement: the copy ceiling and the timer's floor, then for every shape and cache our kernel in
-    both precisions; on DeepGEMM's cache (block64-normal) also DeepGEMM (or, for next_n = 3, DeepGEMM on the
-    flattened rows), the splits beside the launch rule, the eager call, the host's time per call (and its parts)
-    and a clean-L2 flush on :data:`HOST_SHAPES`, chapters 3 and 5's ladders on :data:`LADDER_SHAPES`, and the
-    vectorised PyTorch baseline where it fits."""
+    both precisions; on DeepGEMM's cache (block64-normal) also DeepGEMM (the build this process imports, named in
+    the record; where it does not take next_n, on the flattened rows), the splits beside the launch rule, the eager
+    call, the host's time per call (and its parts) and a clean-L2 flush on :data:`HOST_SHAPES`, chapters 3 and 5's
+    ladders on :data:`LADDER_SHAPES`, and the vectorised PyTorch baseline where it fits."""
     from tqdm.auto import tqdm
 
     timing.refuse_interpreter()
     dg = deepgemm.load() if against_deepgemm else None
+    build = deepgemm.build_info(dg) if dg is not None else None
     record = {"provenance": provenance(), "copy_bytes_per_s": timing.copy_bandwidth(),
               "timer_floor_us": 1e3 * timing.floor_ms(), "contracts": CONTRACTS,
-              "deepgemm": getattr(dg, "__version__", "imported") if dg else None, "rows": [], "host_us": []}
+              "deepgemm": build.as_dict() if build else None, "rows": [], "host_us": []}
     ceiling = record["copy_bytes_per_s"]
 
     def add(shape, name, **row):
@@ -276,12 +280,13 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                 **measure(kernel_fn(problem, "fp8"), problem, reference, precision="fp8", copy_bytes_per_s=ceiling,
                           graph=False))
             if dg is not None:
-                direct = deepgemm.refusal(problem) is None
+                direct = deepgemm.refusal(problem, build) is None
                 dg_problem = problem if direct else deepgemm.flattened(problem)
-                if deepgemm.refusal(dg_problem) is None:
+                if deepgemm.refusal(dg_problem, build) is None:
                     add(shape, name, kernel="deepgemm" if direct else "deepgemm-flattened", precision="fp8",
-                        timing="graph", **measure(deepgemm.logits_fn(dg, dg_problem), problem, reference,
-                                                  precision="fp8", copy_bytes_per_s=ceiling, masked=True))
+                        timing="graph", schedule_slots=build.schedule_slots(dg.get_num_sms(), dg_problem.next_n),
+                        **measure(deepgemm.logits_fn(dg, dg_problem, build), problem, reference, precision="fp8",
+                                  copy_bytes_per_s=ceiling, masked=True))
             if shape in HOST_SHAPES:
                 fn = kernel_fn(problem, "fp8")
                 parts, profile = host_parts(problem)  # the profile tells a slow host from a slow call
@@ -289,9 +294,9 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                                           "parts": parts, "profile": profile})
                 add(shape, name, kernel=kernel, precision="fp8", timing="graph-clean-l2", rule=True,
                     **measure(fn, problem, reference, precision="fp8", copy_bytes_per_s=ceiling, clean_l2=True))
-                if dg is not None and deepgemm.refusal(problem) is None:
+                if dg is not None and deepgemm.refusal(problem, build) is None:
                     add(shape, name, kernel="deepgemm", precision="fp8", timing="graph-clean-l2",
-                        **measure(deepgemm.logits_fn(dg, problem), problem, reference, precision="fp8",
+                        **measure(deepgemm.logits_fn(dg, problem, build), problem, reference, precision="fp8",
                                   copy_bytes_per_s=ceiling, masked=True, clean_l2=True))
             ladder_here = steps and shape in LADDER_SHAPES
             if ladder_here and shape == LADDER_SHAPES[0]:

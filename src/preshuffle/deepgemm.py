@@ -1,19 +1,85 @@
 """DeepGEMM, the performance anchor, called on a :class:`~preshuffle.problem.PagedMQAProblem` in the same process
 as our kernels, so its time and error come from the same run and the same inputs.
 
-DeepGEMM 2.6.1's SM90 ``fp8_fp4_paged_mqa_logits`` takes kernel block size 64, the natural layout, 32 or 64 heads
-and next_n 1 or 2, with a ``[B, next_n]`` visible length per row, and schedule metadata built beforehand (as vLLM
-builds it once per step, so it is not timed). It leaves positions outside each row's visible prefix unwritten:
-compare its output through the reference's -inf pattern (:func:`masked_like`). The workbook does not ship it:
-docs/sources.md says where to get it and how to build it.
+Two lines of DeepGEMM are timed, each build in its own process (both are the module ``deep_gemm``): main (2.6.1 at
+54e2261), whose SM90 ``fp8_fp4_paged_mqa_logits`` takes 64-token natural blocks, 32 or 64 heads and next_n 1 or
+2; and nv_dev (a6b593d), the line vLLM pins, which also takes 32-token blocks, 16 heads and next_n 4 (two CTAs a
+cluster, each with two query rows, so its schedule has one slot per two SMs). :func:`build_info` says which build a
+process imported. Either takes a ``[B, next_n]`` visible length per row and schedule metadata built beforehand (as
+vLLM builds it once per step, so it is not timed), and leaves positions outside each row's visible prefix unwritten:
+compare its output through the reference's -inf pattern (:func:`masked_like`). What a build does not take natively
+is timed on the same rows flattened to next_n = 1 (:func:`flattened`), as vLLM runs it. The workbook does not ship
+DeepGEMM: docs/sources.md says where to get it and how to build it.
 """
 
 from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
 from .contract import kv_lengths
 from .problem import PagedMQAProblem
+
+# What each line's SM90 paged kernel takes: next_n values, block sizes, heads (csrc/apis/attention.hpp and
+# csrc/jit_kernels/impls/smxx_fp8_fp4_paged_mqa_logits.hpp of DeepGEMM 54e2261 and nv_dev a6b593d).
+_TAKES = {"main": ((1, 2), (64,), (32, 64)), "nv_dev": ((1, 2, 4), (32, 64), (16, 32, 64))}
+# A build folder named after its source: deepgemm-<commit> (main) or deepgemm-nvdev-<commit>.
+_FOLDER = re.compile(r"^deepgemm-(?:(?P<branch>nvdev)-)?(?P<commit>[0-9a-f]{7,40})$")
+
+
+@dataclass(frozen=True)
+class Build:
+    """Which DeepGEMM a process imported: its version, branch and commit, and where branch and commit were read
+    (``source``: "environment", "build folder", "unknown", or "default" for :data:`MAIN`). A build of unknown branch
+    is taken for main, whose kernel takes the least."""
+
+    version: str | None
+    branch: str | None
+    commit: str | None
+    source: str = "unknown"
+
+    @property
+    def _takes(self) -> tuple:
+        return _TAKES.get(self.branch, _TAKES["main"])
+
+    next_n = property(lambda self: self._takes[0])
+    block_sizes = property(lambda self: self._takes[1])
+    heads = property(lambda self: self._takes[2])
+
+    def schedule_slots(self, num_sms: int, next_n: int) -> int:
+        """The scheduler slots its metadata must hold: one a cluster of two SMs for nv_dev's next_n = 4 (as vLLM
+        passes it), else one an SM."""
+        return num_sms // 2 if self.branch == "nv_dev" and next_n == 4 else num_sms
+
+    @property
+    def label(self) -> str:
+        named = " ".join(x for x in (self.branch, self.commit) if x) or "of unknown branch"
+        return named + (f" ({self.version})" if self.version else "")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+MAIN = Build("2.6.1", "main", "54e2261", "default")
+
+
+def build_info(deep_gemm) -> Build:
+    """Which build ``deep_gemm`` is: its ``__version__``; branch and commit from ``PRESHUFFLE_DEEPGEMM_BRANCH`` and
+    ``PRESHUFFLE_DEEPGEMM_COMMIT`` where set, else from the name of the folder it was built in (deepgemm-<commit>
+    for main, deepgemm-nvdev-<commit>), else unknown."""
+    version = getattr(deep_gemm, "__version__", None)
+    branch, commit = os.environ.get("PRESHUFFLE_DEEPGEMM_BRANCH"), os.environ.get("PRESHUFFLE_DEEPGEMM_COMMIT")
+    if branch or commit:
+        return Build(version, branch, commit, "environment")
+    for folder in Path(getattr(deep_gemm, "__file__", None) or "").resolve().parents:
+        named = _FOLDER.match(folder.name)
+        if named:
+            return Build(version, "nv_dev" if named["branch"] else "main", named["commit"], "build folder")
+    return Build(version, None, None)
 
 
 def load():
@@ -25,27 +91,40 @@ def load():
     return deep_gemm
 
 
-def refusal(problem: PagedMQAProblem) -> str | None:
-    """Why DeepGEMM's SM90 kernel cannot take ``problem``, or None when it can."""
-    if problem.block_size != 64 or problem.layout != "normal":
-        return f"block size {problem.block_size} {problem.layout}: DeepGEMM takes 64-token natural blocks"
-    if problem.next_n not in (1, 2) or problem.heads not in (32, 64) or problem.head_dim != 128:
-        return f"next_n {problem.next_n}, {problem.heads} heads: its SM90 kernel takes next_n 1-2, 32 or 64 heads"
+def _either(values) -> str:
+    *head, last = [str(v) for v in values]
+    return f"{', '.join(head)} or {last}" if head else last
+
+
+def refusal(problem: PagedMQAProblem, build: Build = MAIN) -> str | None:
+    """Why ``build``'s SM90 kernel cannot take ``problem``, or None when it can."""
+    if problem.block_size not in build.block_sizes or problem.layout != "normal":
+        return (f"block size {problem.block_size} {problem.layout}: DeepGEMM takes "
+                f"{_either(build.block_sizes)}-token natural blocks")
+    if problem.next_n not in build.next_n or problem.heads not in build.heads or problem.head_dim != 128:
+        rows = "1-2" if build.next_n == (1, 2) else _either(build.next_n)
+        return (f"next_n {problem.next_n}, {problem.heads} heads: its SM90 kernel takes next_n {rows}, "
+                f"{_either(build.heads)} heads")
     if problem.context_lens.dim() != 1:
         return "2-D context lengths (this adapter takes 1-D)"
     return None
 
 
-def logits_fn(deep_gemm, problem: PagedMQAProblem):
-    """A call of DeepGEMM on ``problem`` with its schedule built once: ``fn() -> [B * next_n, max_model_len]``."""
-    reason = refusal(problem)
+def logits_fn(deep_gemm, problem: PagedMQAProblem, build: Build | None = None,
+              logits_dtype: torch.dtype = torch.float32):
+    """A call of DeepGEMM (``build``: which one, by default :func:`build_info`'s) on ``problem`` with its schedule
+    built once, leaving unwritten what a row may not see (``clean_logits=False``, what vLLM passes):
+    ``fn() -> [B * next_n, max_model_len]`` of ``logits_dtype``."""
+    build = build or build_info(deep_gemm)
+    reason = refusal(problem, build)
     if reason:
         raise ValueError(f"DeepGEMM cannot take this problem: {reason}")
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
     visible = kv_lengths(context_lens, problem.next_n).to(torch.int32)
-    schedule = deep_gemm.get_paged_mqa_logits_metadata(visible, problem.block_size, deep_gemm.get_num_sms())
+    slots = build.schedule_slots(deep_gemm.get_num_sms(), problem.next_n)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(visible, problem.block_size, slots)
     return lambda: deep_gemm.fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, visible, block_tables, schedule,
-                                                      max_model_len, False)
+                                                      max_model_len, False, logits_dtype=logits_dtype)
 
 
 def flattened(problem: PagedMQAProblem) -> PagedMQAProblem:

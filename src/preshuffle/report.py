@@ -278,13 +278,75 @@ def results_table(record: dict) -> str:
     return "\n".join(lines)
 
 
+def deepgemm_build(record: dict) -> dict | None:
+    """Which DeepGEMM a run timed: ``{"version", "branch", "commit", "source"}`` (:class:`preshuffle.deepgemm.Build`),
+    None where it timed none. Runs recorded before the benchmark named builds hold the version alone."""
+    build = record.get("deepgemm")
+    if build is None or isinstance(build, dict):
+        return build
+    return {"version": build, "branch": None, "commit": None, "source": "unknown"}
+
+
+def build_label(record: dict) -> str | None:
+    """``"DeepGEMM nv_dev a6b593d (2.5.0)"``, or as much of that as the run recorded; None where it timed none."""
+    build = deepgemm_build(record)
+    if build is None:
+        return None
+    named = " ".join(str(build[k]) for k in ("branch", "commit") if build.get(k))
+    version = build.get("version")
+    return "DeepGEMM " + (f"{named} ({version})" if named and version else named or str(version))
+
+
 def provenance_line(record: dict) -> str:
     p = record["provenance"]
     line = (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
             f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}")
     if "copy_bytes_per_s" in record:
         line += f"; copy ceiling {record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run"
-    return line + (", DeepGEMM in the same process" if record.get("deepgemm") else "")
+    build = deepgemm_build(record)
+    if build is None:
+        return line
+    named = build.get("branch") or build.get("commit")
+    return line + (f", {build_label(record)} in the same process" if named else ", DeepGEMM in the same process")
+
+
+def against_builds(records: list[dict]) -> list[dict]:
+    """Runs of the benchmark, one a DeepGEMM build (each build in its own process), read together: one row per shape
+    any of them measured, with each run's build, that build's time (``deepgemm``: "deepgemm" where it takes the rows,
+    "deepgemm-flattened" where it ran them as next_n = 1), our fp8 path's time in the same run, and their ratio. Each
+    ratio comes from one process; times of different runs are not divided."""
+    rows = []
+    for shape in dict.fromkeys(s for record in records for s in shapes(record)):
+        runs = []
+        for record in records:
+            dg, ours = _deepgemm(record, shape), _ours(record, shape, "fp8")
+            runs.append({"build": build_label(record), "deepgemm": dg and dg["kernel"], "deepgemm_us": dg and dg["us"],
+                         "ours_us": ours and ours["us"], "ours_over_deepgemm": _div(ours, dg)})
+        rows.append({"shape": shape, "runs": runs})
+    return rows
+
+
+def builds_table(records: list[dict]) -> str:
+    """:func:`against_builds` as a Markdown table: for each run, its build's time, ours in the same run, the ratio."""
+    labels = [build_label(record) or "no DeepGEMM" for record in records]
+    header = "| B, next_n, ctx | " + " | ".join(f"{label} (us) | ours (us) | ours / it" for label in labels) + " |"
+    lines = [header, "|---|" + "---|---|---|" * len(records)]
+    flattened = False
+    for row in against_builds(records):
+        s = row["shape"]
+        cells = []
+        for run in row["runs"]:
+            dg = _cell(run["deepgemm_us"], 1).strip()
+            if run["deepgemm"] == "deepgemm-flattened":
+                dg, flattened = dg + " (flattened)", True
+            cells.append(f"{dg} | {_cell(run['ours_us'], 1).strip()} | {_ratio(run['ours_over_deepgemm'])}")
+        lines.append(f"| {s.batch}, {s.next_n}, {s.avg_ctx // 1024}K | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"{label}: " + provenance_line(record) + "." for label, record in zip(labels, records)]
+    if flattened:
+        lines.append("Flattened: DeepGEMM on the same rows as next_n = 1 sequences, as vLLM runs what a build's SM90 "
+                     "kernel does not take.")
+    return "\n".join(lines)
 
 
 def format_ladder(steps: list[dict]) -> str:
