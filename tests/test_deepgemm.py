@@ -2,6 +2,7 @@
 DeepGEMM (through a stand-in module that records its arguments), the flattened next_n = 1 problem, and the masking
 of unwritten positions."""
 
+import importlib.metadata
 import types
 from pathlib import Path
 
@@ -62,7 +63,16 @@ def test_build_info_reads_the_environment_then_the_build_folder(monkeypatch, tmp
     built = deepgemm.build_info(types.SimpleNamespace(__version__="2.6.1", __file__=str(main / "__init__.py")))
     assert (built.branch, built.commit, built.source, built.label) == ("main", "54e2261", "build folder",
                                                                         "main 54e2261 (2.6.1)")
-    unknown = deepgemm.build_info(types.SimpleNamespace(__file__=str(Path(tmp_path, "site", "deep_gemm.py"))))
+    elsewhere = types.SimpleNamespace(__file__=str(Path(tmp_path, "site", "deep_gemm.py")))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: {"deep_gemm": "2.6.1+54e2261"}[name])
+    installed = deepgemm.build_info(elsewhere)
+    assert (installed.branch, installed.commit, installed.source) == (None, "54e2261", "package version")
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    unknown = deepgemm.build_info(elsewhere)
     assert (unknown.version, unknown.branch, unknown.commit, unknown.source) == (None, None, None, "unknown")
     assert unknown.next_n == deepgemm.MAIN.next_n and unknown.label == "of unknown branch"
     monkeypatch.setenv("PRESHUFFLE_DEEPGEMM_BRANCH", "nv_dev")

@@ -14,6 +14,7 @@ DeepGEMM: docs/sources.md says where to get it and how to build it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -34,8 +35,8 @@ _FOLDER = re.compile(r"^deepgemm-(?:(?P<branch>nvdev)-)?(?P<commit>[0-9a-f]{7,40
 @dataclass(frozen=True)
 class Build:
     """Which DeepGEMM a process imported: its version, branch and commit, and where branch and commit were read
-    (``source``: "environment", "build folder", "unknown", or "default" for :data:`MAIN`). A build of unknown branch
-    is taken for main, whose kernel takes the least."""
+    (``source``: "environment", "build folder", "package version", "unknown", or "default" for :data:`MAIN`). A
+    build of unknown branch is taken for main, whose kernel takes the least."""
 
     version: str | None
     branch: str | None
@@ -70,7 +71,8 @@ MAIN = Build("2.6.1", "main", "54e2261", "default")
 def build_info(deep_gemm) -> Build:
     """Which build ``deep_gemm`` is: its ``__version__``; branch and commit from ``PRESHUFFLE_DEEPGEMM_BRANCH`` and
     ``PRESHUFFLE_DEEPGEMM_COMMIT`` where set, else from the name of the folder it was built in (deepgemm-<commit>
-    for main, deepgemm-nvdev-<commit>), else unknown."""
+    for main, deepgemm-nvdev-<commit>), else the commit from the installed package's version (DeepGEMM's own
+    ``install.sh`` names it ``2.6.1+<commit>``; its branch stays unknown), else unknown."""
     version = getattr(deep_gemm, "__version__", None)
     branch, commit = os.environ.get("PRESHUFFLE_DEEPGEMM_BRANCH"), os.environ.get("PRESHUFFLE_DEEPGEMM_COMMIT")
     if branch or commit:
@@ -79,6 +81,12 @@ def build_info(deep_gemm) -> Build:
         named = _FOLDER.match(folder.name)
         if named:
             return Build(version, "nv_dev" if named["branch"] else "main", named["commit"], "build folder")
+    try:
+        local = importlib.metadata.version("deep_gemm").partition("+")[2]
+    except importlib.metadata.PackageNotFoundError:
+        local = ""
+    if re.fullmatch(r"[0-9a-f]{7,40}", local):
+        return Build(version, None, local, "package version")
     return Build(version, None, None)
 
 
