@@ -32,6 +32,8 @@ def test_calc_diff():
     x = torch.tensor([1.0, 2.0, -math.inf])
     assert calc_diff(x, x) == pytest.approx(0.0, abs=1e-15)
     assert calc_diff(x, -x.nan_to_num(neginf=0)) == pytest.approx(2.0)
+    for bad in (math.nan, math.inf):  # nothing a NaN or +inf logit could pass
+        assert math.isnan(calc_diff(torch.tensor([1.0, 2.0, bad]), x.nan_to_num(neginf=0)))
 
 
 def test_the_fp8_contract_holds_calc_diff_to_outputs_of_a_chunk_of_logits():

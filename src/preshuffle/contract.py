@@ -74,18 +74,23 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     devices = {t.device for t in (q, kv_cache, weights, context_lens, block_tables)}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
-    # An output that cannot fit would fail inside the allocator (or, on the CPU, pass it and fail when written).
-    out_bytes, capacity = 4 * batch * next_n * max_model_len, memory_bytes(q.device)
-    if capacity is not None and out_bytes > capacity:
-        raise ValueError(f"max_model_len {max_model_len} asks for {batch * next_n} rows of {max_model_len} fp32 logits "
-                         f"({out_bytes / 2**30:.1f} GiB), more than the {q.device.type} device's "
-                         f"{capacity / 2**30:.1f} GiB of memory")
+    check_fits(4 * batch * next_n * max_model_len, q.device,
+               f"max_model_len {max_model_len} asks for {batch * next_n} rows of {max_model_len} fp32 logits")
 
     dims = CallDims(batch, next_n, heads, head_dim, num_blocks, block_size, block_tables.shape[1],
                     max_model_len, layout, context_lens.dim() == 2)
     if check_values:
         _check_values(dims, context_lens, block_tables)
     return dims
+
+
+def check_fits(nbytes: int, dev: torch.device, what: str) -> None:
+    """Refuse an output of ``nbytes`` the device cannot hold (it would fail inside the allocator, or on the CPU pass
+    it and fail when written); ``what`` names what asks for it."""
+    capacity = memory_bytes(dev)
+    if capacity is not None and nbytes > capacity:
+        raise ValueError(f"{what} ({nbytes / 2**30:.1f} GiB), more than the {dev.type} device's "
+                         f"{capacity / 2**30:.1f} GiB of memory")
 
 
 # The logits' element types a kernel writes: fp32, or bf16 (DeepGEMM's ``logits_dtype``).

@@ -92,13 +92,14 @@ def check_unchecked_logits(out: torch.Tensor, problem: PagedMQAProblem, context_
 
 
 def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
-    """DeepGEMM's similarity metric ``1 - 2 sum(xy) / sum(x^2 + y^2)``, masked (-inf) positions zeroed."""
+    """DeepGEMM's similarity metric ``1 - 2 sum(xy) / sum(x^2 + y^2)``, masked (-inf) positions zeroed; a NaN or +inf
+    makes it NaN, which fails every bound (as in DeepGEMM's own)."""
     _check_tensors(x=x, y=y)
     if x.shape != y.shape:  # broadcasting would compare the wrong elements
         raise ValueError(f"x has shape {list(x.shape)} but y {list(y.shape)}")
-    x, y = (torch.nan_to_num(t.double(), neginf=0.0) for t in (x, y))
+    x, y = (t.double().masked_fill(torch.isneginf(t), 0.0) for t in (x, y))
     denominator = (x * x + y * y).sum()
-    return float(1 - 2 * (x * y).sum() / denominator) if denominator > 0 else 0.0
+    return 0.0 if denominator == 0 else float(1 - 2 * (x * y).sum() / denominator)  # both all zero: equal
 
 
 def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> None:
