@@ -59,7 +59,8 @@ def line(r: dict) -> str:
     programs = REGISTERS_PER_SM // (r["registers"] * 32 * r["warps"])
     outputs = f"{'bf16' if r.get('bf16') else 'fp32'} {'clean' if r.get('clean', True) else 'unclean'}"
     return (f"next_n {next_n} block {block_size:2d} {layout:7s} {'exact' if exact else 'fp8':5s} "
-            f"rows {'yes' if row_warpgroups else 'no ':3s} {outputs:12s} | {r['registers']:3d} regs, stack {r['stack']:3d}, "
+            f"rows {'yes' if row_warpgroups else 'no ':3s} {outputs:12s} | {r['registers']:3d} regs, "
+            f"stack {r['stack']:3d}, "
             f"{r['shared']:6d} B shared, {r['warps']:2d} warps, {programs} programs/SM by registers | "
             f"GMMA {r['gmma']:2d}, LDS {r['lds']:3d}, LDSM {r['ldsm']:2d}, TMA {r['tma']}, cp.async {r['cp_async']:2d}")
 

@@ -10,12 +10,16 @@
 #   git checkout 54e2261            # main, version 2.6.1; or a6b593d on branch nv_dev, the line vLLM runs on Hopper
 #   ./develop.sh                     # builds the extension in place; then put the checkout on PYTHONPATH
 # Both builds are the module `deep_gemm`, so each is timed in its own process: run the `bench` step once with each
-# on PYTHONPATH, writing to different files (DEEPGEMM_RESULTS names the file, default h200.json).
+# on PYTHONPATH, writing to different files (DEEPGEMM_RESULTS names the file, default h200.json), with
+# PRESHUFFLE_DEEPGEMM_BRANCH (main or nv_dev) and PRESHUFFLE_DEEPGEMM_COMMIT naming the build (the results record it;
+# nv_dev runs next_n = 4 natively); `python -m preshuffle results --file A B` reads the two files together.
 #
-# STEP: bench (every kernel and cache beside DeepGEMM: the run the chapters read), tests (every test, the
-# compiled kernels' among them), nbval (every notebook), sweep (the Hopper kernel's launch sweep the launch rule
-# came from), page-read (the page-read floor beside the kernel), host-time (an unchecked call's host time), ncu
-# (where the Hopper kernel's warps wait, per SASS instruction, at next_n = 2 and 1; needs Nsight Compute).
+# STEP: bench (every kernel and cache beside DeepGEMM: the run the chapters read), deepgemm-test (DeepGEMM's own
+# test pointed at preshuffle.deepgemm_compat, then the module timed beside DeepGEMM: benchmarks/deepgemm_test_gpu.py),
+# tests (every test, the compiled kernels' among them), nbval (every notebook), sweep (the Hopper kernel's launch
+# sweep the launch rule came from), page-read (the page-read floor beside the kernel), host-time (an unchecked call's
+# host time), ncu (where the Hopper kernel's warps wait, per SASS instruction, at next_n = 2 and 1; needs Nsight
+# Compute).
 set -uo pipefail
 out=${1:?usage: run_hopper.sh OUTDIR STEP...}
 shift
@@ -29,6 +33,7 @@ for step; do
   echo "== $step $(date -u +%T)"
   case $step in
     bench) $python -m preshuffle bench --against deepgemm --out "$out/${DEEPGEMM_RESULTS:-h200.json}" 2>&1 | tail -45 ;;
+    deepgemm-test) $python benchmarks/deepgemm_test_gpu.py "$out" 2>&1 | tail -16 ;;
     tests) $python -m pytest -p no:cacheprovider tests 2>&1 | relative | tee "$out/h200-pytest.log" | tail -6 ;;
     nbval) $python -m pytest -p no:cacheprovider notebooks --nbval --nbval-current-env 2>&1 | relative \
              | tee "$out/h200-nbval.log" | tail -6 ;;

@@ -1,8 +1,10 @@
 import importlib.util
 import os
+import types
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 from preshuffle import device, report
@@ -56,3 +58,23 @@ def load_benchmark():
 def record():
     """The committed H200 results."""
     return report.load()
+
+
+@pytest.fixture
+def stand_in_deepgemm():
+    """A ``deep_gemm`` (version 2.5.0) that computes its logits with our kernel (exact products) and records, in
+    ``calls``, the query rows and schedule slots of each call."""
+    from preshuffle.kernels import fp8_paged_mqa_logits
+
+    calls = []
+
+    def metadata(visible, block_size, slots):
+        return torch.zeros(slots + 1, 2, dtype=torch.int32, device=visible.device)
+
+    def logits(q_pair, kv_cache, weights, visible, block_tables, schedule, max_model_len, clean, *, logits_dtype):
+        calls.append((q_pair[0].shape[1], schedule.shape[0] - 1))
+        return fp8_paged_mqa_logits(q_pair[0], kv_cache, weights, visible, block_tables, max_model_len,
+                                    precision="exact", logits_dtype=logits_dtype)
+
+    return types.SimpleNamespace(__version__="2.5.0", get_num_sms=lambda: 132, get_paged_mqa_logits_metadata=metadata,
+                                 fp8_fp4_paged_mqa_logits=logits, calls=calls)

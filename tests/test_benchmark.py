@@ -1,7 +1,5 @@
 """The benchmark's logic on the CPU, with the GPU timers replaced (they refuse the interpreter)."""
 
-import types
-
 import pytest
 import torch
 
@@ -117,26 +115,11 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     assert summary["eager_minus_graph_us"] == 0.0 and summary["torch_over_fp8"] == 1.0
 
 
-def stand_in_deepgemm(calls: list):
-    """A ``deep_gemm`` that computes its logits with our kernel and records the rows and schedule slots it gets."""
-    from preshuffle.kernels import fp8_paged_mqa_logits
-
-    def metadata(visible, block_size, slots):
-        return slots
-
-    def logits(q_pair, kv_cache, weights, visible, block_tables, slots, max_model_len, clean, *, logits_dtype):
-        calls.append((q_pair[0].shape[1], slots))
-        return fp8_paged_mqa_logits(q_pair[0], kv_cache, weights, visible, block_tables, max_model_len,
-                                    precision="exact", logits_dtype=logits_dtype)
-
-    return types.SimpleNamespace(__version__="2.5.0", get_num_sms=lambda: 132, get_paged_mqa_logits_metadata=metadata,
-                                 fp8_fp4_paged_mqa_logits=logits)
-
-
 @needs_interpreter
 @pytest.mark.parametrize("branch, native", [("nv_dev", {1, 4}), ("main", {1})])
 def test_run_times_deepgemm_natively_where_its_build_takes_next_n_and_flattened_elsewhere(monkeypatch, stub_timer,
-                                                                                          branch, native):
+                                                                                          stand_in_deepgemm, branch,
+                                                                                          native):
     """nv_dev takes next_n = 4 natively, on one scheduler slot per two SMs; main, and every build at next_n = 3, get
     the rows flattened to next_n = 1. The record names the build."""
     monkeypatch.setattr(timing, "refuse_interpreter", lambda: None)
@@ -144,8 +127,8 @@ def test_run_times_deepgemm_natively_where_its_build_takes_next_n_and_flattened_
     monkeypatch.setattr(timing, "floor_ms", lambda: 0.004)
     monkeypatch.setenv("PRESHUFFLE_DEEPGEMM_BRANCH", branch)
     monkeypatch.setenv("PRESHUFFLE_DEEPGEMM_COMMIT", "0123abc")
-    calls = []
-    monkeypatch.setattr(deepgemm, "load", lambda: stand_in_deepgemm(calls))
+    calls = stand_in_deepgemm.calls
+    monkeypatch.setattr(deepgemm, "load", lambda: stand_in_deepgemm)
     monkeypatch.setattr(benchmark, "benchmark_problem",
                         lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=32))
     shapes = [Shape(2, 1, 100), Shape(2, 3, 100), Shape(2, 4, 100)]

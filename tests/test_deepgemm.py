@@ -161,3 +161,16 @@ def test_masked_like_sets_only_the_reference_masked_positions():
     masked = deepgemm.masked_like(written, ref)
     assert masked.dtype == torch.float32 and torch.equal(torch.isneginf(masked), torch.isneginf(ref))
     assert torch.equal(masked[torch.isfinite(ref)], written[torch.isfinite(ref)])
+
+
+def test_api_call_calls_any_module_of_deepgemms_api_as_vllm_does():
+    """On this package's DeepGEMM-compatible module: each row its visible length as [B, next_n], the schedule built
+    once, the module's own keywords passed through (here, preshuffled pages)."""
+    from preshuffle import deepgemm_compat, device
+    from preshuffle.kernels import fp8_paged_mqa_logits
+
+    problem = random_problem([70, 130, 3], next_n=3, block_size=16, layout="shuffle", heads=16, seed=5,
+                             device=device.KERNEL_DEVICE)
+    out = deepgemm.api_call(deepgemm_compat, problem, 4, torch.bfloat16, True, layout="shuffle")()
+    expected = problem.call(fp8_paged_mqa_logits, precision="fp8", logits_dtype=torch.bfloat16)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)

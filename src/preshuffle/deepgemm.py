@@ -106,16 +106,34 @@ def _either(values) -> str:
 
 def refusal(problem: PagedMQAProblem, build: Build = MAIN) -> str | None:
     """Why ``build``'s SM90 kernel cannot take ``problem``, or None when it can."""
-    if problem.block_size not in build.block_sizes or problem.layout != "normal":
-        return (f"block size {problem.block_size} {problem.layout}: DeepGEMM takes "
-                f"{_either(build.block_sizes)}-token natural blocks")
-    if problem.next_n not in build.next_n or problem.heads not in build.heads or problem.head_dim != 128:
-        rows = "1-2" if build.next_n == (1, 2) else _either(build.next_n)
-        return (f"next_n {problem.next_n}, {problem.heads} heads: its SM90 kernel takes next_n {rows}, "
-                f"{_either(build.heads)} heads")
-    if problem.context_lens.dim() != 1:
+    reason = kernel_refusal(build, problem.block_size, problem.layout, problem.next_n, problem.heads,
+                            problem.head_dim)
+    if reason is None and problem.context_lens.dim() != 1:
         return "2-D context lengths (this adapter takes 1-D)"
+    return reason
+
+
+def kernel_refusal(build: Build, block_size: int, layout: str, next_n: int, heads: int,
+                   head_dim: int = 128) -> str | None:
+    """Why ``build``'s SM90 kernel cannot take a call of these dimensions, or None when it can."""
+    if block_size not in build.block_sizes or layout != "normal":
+        return f"block size {block_size} {layout}: DeepGEMM takes {_either(build.block_sizes)}-token natural blocks"
+    if next_n not in build.next_n or heads not in build.heads or head_dim != 128:
+        rows = "1-2" if build.next_n == (1, 2) else _either(build.next_n)
+        return f"next_n {next_n}, {heads} heads: its SM90 kernel takes next_n {rows}, {_either(build.heads)} heads"
     return None
+
+
+def api_call(module, problem: PagedMQAProblem, slots: int, logits_dtype: torch.dtype = torch.float32,
+             clean_logits: bool = False, **keywords):
+    """``fn() -> [B * next_n, max_model_len]``: ``module``'s ``fp8_fp4_paged_mqa_logits`` (DeepGEMM's, or
+    :mod:`preshuffle.deepgemm_compat`'s, which takes ``keywords`` too) on ``problem``, called as vLLM calls it: each
+    row's visible length as ``[B, next_n]`` int32, the schedule built once (not timed) on ``slots`` slots."""
+    q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
+    visible = kv_lengths(context_lens, problem.next_n).to(torch.int32)
+    schedule = module.get_paged_mqa_logits_metadata(visible, problem.block_size, slots)
+    return lambda: module.fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, visible, block_tables, schedule,
+                                                   max_model_len, clean_logits, logits_dtype=logits_dtype, **keywords)
 
 
 def logits_fn(deep_gemm, problem: PagedMQAProblem, build: Build | None = None,
@@ -127,12 +145,7 @@ def logits_fn(deep_gemm, problem: PagedMQAProblem, build: Build | None = None,
     reason = refusal(problem, build)
     if reason:
         raise ValueError(f"DeepGEMM cannot take this problem: {reason}")
-    q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
-    visible = kv_lengths(context_lens, problem.next_n).to(torch.int32)
-    slots = build.schedule_slots(deep_gemm.get_num_sms(), problem.next_n)
-    schedule = deep_gemm.get_paged_mqa_logits_metadata(visible, problem.block_size, slots)
-    return lambda: deep_gemm.fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, visible, block_tables, schedule,
-                                                      max_model_len, False, logits_dtype=logits_dtype)
+    return api_call(deep_gemm, problem, build.schedule_slots(deep_gemm.get_num_sms(), problem.next_n), logits_dtype)
 
 
 def flattened(problem: PagedMQAProblem) -> PagedMQAProblem:
