@@ -219,6 +219,23 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
         assert kernels._Kept.addresses(*tensors) is None, i
 
 
+@pytest.mark.skipif(kernels.TensorGuards is None, reason="this PyTorch build has no C++ tensor guard")
+def test_an_option_that_only_compares_equal_to_a_bool_finds_no_kept_launch(problem, monkeypatch):
+    """1 == True and hash(1) == hash(True): a kept launch keyed by clean_logits=True must not serve clean_logits=1,
+    which the checks refuse."""
+    monkeypatch.setattr(kernels, "_LAUNCHES", {})
+    q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
+    launched = []
+    guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
+    output = torch.zeros((), device=DEV).expand(problem.batch * problem.next_n, max_model_len)
+    kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None, True)] = \
+        kernels._Kept(guard, lambda *addresses: launched.append(addresses), output, max_model_len)
+    assert problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False) is not None and launched
+    with pytest.raises(TypeError, match="clean_logits must be a bool, got int 1"):
+        problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, clean_logits=1)
+    assert len(launched) == 1
+
+
 @pytest.mark.parametrize("field, error, message", [
     ("q", TypeError, r"q must be an fp8 tensor .*, got <class 'NoneType'>"),
     ("kv_cache", TypeError, "kv_cache must be a uint8 tensor, got ndarray"),

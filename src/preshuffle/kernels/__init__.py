@@ -130,7 +130,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     dimensions skip the other checks too and launch the compiled Hopper kernel directly. ``out``, a
     ``[B * next_n, max_model_len]`` tensor of ``logits_dtype`` (its rows contiguous, and may be padded), receives the
     result instead of a new one; every element is written unless ``clean_logits`` is False."""
-    keep = not check_values and TensorGuards is not None
+    # A key compares 1 equal to True: an option that is not a bool takes the checks, which refuse it.
+    keep = not check_values and TensorGuards is not None and (clean_logits is True or clean_logits is False)
     if keep:
         try:  # the caller's arguments, unchecked
             key = _launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits, logits_dtype)
