@@ -8,6 +8,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from preshuffle import device, report
+from preshuffle.kernels.topk import TopKConfig, default_config
 from preshuffle.shapes import Shape
 from preshuffle.testing.inputs import benchmark_problem
 
@@ -78,3 +79,21 @@ def stand_in_deepgemm():
 
     return types.SimpleNamespace(__version__="2.5.0", get_num_sms=lambda: 132, get_paged_mqa_logits_metadata=metadata,
                                  fp8_fp4_paged_mqa_logits=logits, calls=calls)
+
+
+# The split path on inputs small enough for the interpreter: rows wider than 16 positions in segments of 64, 32
+# histogram bins (the fewest tl.histogram takes), a candidate list of 32.
+SMALL_SPLIT = TopKConfig(row_tile=16, row_warps=1, candidates=16, segment=64, split_warps=1, hist_bits=5,
+                         split_candidates=32, final_warps=1)
+
+
+@pytest.fixture(scope="session")
+def small_split():
+    return SMALL_SPLIT
+
+
+@pytest.fixture(params=["row", "split"])
+def topk_launch(request):
+    """Either top-k path for logits ``width`` positions wide: the row path's default launch, or the split path on
+    small segments (for widths above 16)."""
+    return (lambda width: default_config(width)) if request.param == "row" else (lambda width: SMALL_SPLIT)

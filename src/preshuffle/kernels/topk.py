@@ -59,7 +59,7 @@ class TopKConfig:
     split_warps: int = 8
     hist_bits: int = 8
     split_candidates: int = 4096
-    final_warps: int = 8
+    final_warps: int = 16
 
     def __post_init__(self):
         for name in ("row_tile", "candidates", "segment", "split_candidates"):
@@ -78,11 +78,10 @@ class TopKConfig:
 
 
 def default_config(width: int) -> TopKConfig:
-    """The launch for logits ``width`` positions wide: the row path up to 16K positions (a tile the width's power of
-    two, so small problems compile small tiles), else the split path."""
+    """The launch for logits ``width`` positions wide: up to 16K positions the row path, on a tile of the width's
+    power of two (so small problems compile small tiles) and up to 16 warps; wider logits the split path."""
     tile = max(16, min(MAX_TILE, triton.next_power_of_2(max(width, 1))))
-    warps = max(1, min(16, tile // 1024))
-    return TopKConfig(row_tile=tile, row_warps=warps, candidates=min(512, tile))
+    return TopKConfig(row_tile=tile, row_warps=max(1, min(16, tile // 512)), candidates=min(512, tile))
 
 
 def path_for(width: int, config: TopKConfig) -> str:
@@ -375,8 +374,8 @@ def launch_topk(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, 
     """Run the top-k on checked inputs: ``logits`` [rows, width] with unit column stride, ``lengths`` int32 (1-D per
     sequence, or the 2-D lengths flattened to one a row), ``out`` int32 [rows, k] contiguous."""
     rows, width = logits.shape
-    if rows == 0:
-        return out
+    if rows == 0 or width == 0:  # nothing to read: every row sees no position
+        return out.fill_(-1)
     common = dict(NEXT_N=next_n, CTX_2D=ctx_2d)
     if path_for(width, config) == "row":
         cand = torch.empty(rows, 2 * config.candidates, dtype=torch.int32, device=logits.device)
