@@ -130,14 +130,18 @@ def _order_tiers(logits: torch.Tensor, lens: torch.Tensor):
     return tier, torch.where(tier == 2, values, 0.0)
 
 
-def is_top_k(selection: torch.Tensor, logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK) -> torch.Tensor:
+def is_top_k(selection: torch.Tensor, logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK, *,
+             reference: torch.Tensor | None = None) -> torch.Tensor:
     """bool ``[rows]``: whether each row of ``selection`` is a top-k of its logits up to ties: ``min(k, n)`` distinct
     visible positions and -1 in the other slots, every position above the k-th value among them, and none below
-    it (so positions equal to the k-th value are interchangeable)."""
+    it (so positions equal to the k-th value are interchangeable). ``reference``: :func:`topk_reference` of the same
+    arguments, when the caller has it (it sorts every row)."""
     k = positive_int(k, "k")
     rows, width = logits.shape
     if tuple(selection.shape) != (rows, k):
         raise ValueError(f"selection must be [rows, k] = {[rows, k]}, got {list(selection.shape)}")
+    if width == 0:
+        return selection.eq(-1).all(1)
     lens = row_lengths(logits, context_lens).to(logits.device)
     need = lens.clamp(max=k)
     sel = selection.to(logits.device).long()
@@ -146,14 +150,16 @@ def is_top_k(selection: torch.Tensor, logits: torch.Tensor, context_lens: torch.
     ordered = torch.where(listed, sel, width).sort(dim=1).values
     distinct = (ordered[:, 1:] != ordered[:, :-1]) | (ordered[:, 1:] == width)
     tier, number = _order_tiers(logits, lens)
-    kth = topk_reference(logits, context_lens, k).long().gather(1, (need - 1).clamp(min=0).unsqueeze(1))
+    if reference is None:
+        reference = topk_reference(logits, context_lens, k)
+    kth = reference.to(logits.device).long().gather(1, (need - 1).clamp(min=0).unsqueeze(1))
     kth_tier, kth_number = tier.gather(1, kth.clamp(min=0)), number.gather(1, kth.clamp(min=0))
     same_tier = tier == kth_tier
     above = (tier > kth_tier) | (same_tier & (kth_tier == 2) & (number > kth_number))
     below = (tier < kth_tier) | (same_tier & (kth_tier == 2) & (number < kth_number))
-    at = sel.clamp(0, max(width - 1, 0))
-    picked_above = (above.gather(1, at) & listed).sum(1) if width else torch.zeros_like(lens)
-    picked_below = (below.gather(1, at) & listed).any(1) if width else torch.zeros_like(shape_ok)
+    at = sel.clamp(0, width - 1)
+    picked_above = (above.gather(1, at) & listed).sum(1)
+    picked_below = (below.gather(1, at) & listed).any(1)
     return shape_ok & distinct.all(1) & (picked_above == above.sum(1)) & ~picked_below
 
 
