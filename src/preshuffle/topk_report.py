@@ -1,0 +1,103 @@
+"""Reading a run of ``benchmarks/topk_gpu.py`` (``results/h200-topk.json``): the comparisons chapter 6 makes. Torch-free:
+it needs the file, not the GPU."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .report import RESULTS, provenance_line
+from .shapes import Shape
+
+RESULTS_FILE = RESULTS / "h200-topk.json"
+VLLM_KERNELS = ("vllm persistent_topk", "vllm cooperative_topk", "vllm top_k_per_row_decode")
+OUR_STEP = "ours (fastest launch)"
+DEEPGEMM_STEP = "deepgemm + vllm decode_topk"
+
+__all__ = ["RESULTS_FILE", "agreement", "format_agreement", "format_summary", "load", "nearest", "provenance_line",
+           "summary"]
+
+
+def load(path: str | Path = RESULTS_FILE) -> dict | None:
+    """The run's record, or None where no run has been committed."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _ours(shape_record: dict) -> list[dict]:
+    return [r for r in shape_record["rows"] if r["impl"] not in VLLM_KERNELS + ("vllm decode_topk", "torch.topk")]
+
+
+def summary(record: dict) -> list[dict]:
+    """One row per shape: the logits kernel, our fastest launch (and the default one), vLLM's dispatch and the best
+    of its three kernels, torch.topk, and the whole step, ours beside DeepGEMM + vLLM's dispatch (None where the run
+    did not measure it)."""
+    out = []
+    for s in record["shapes"]:
+        us = {r["impl"]: r.get("us") for r in s["rows"]}
+        ours = [r for r in _ours(s) if r.get("us") is not None]
+        best = min(ours, key=lambda r: r["us"]) if ours else None
+        vllm = [(us[n], n) for n in VLLM_KERNELS if us.get(n) is not None]
+        vllm_best = min(vllm) if vllm else (None, None)
+        steps = s.get("steps_us", {})
+        row = {"shape": Shape(**s["shape"]), "logits_us": s.get("logits_us"),
+               "ours_us": best and best["us"], "ours_launch": best and best["impl"],
+               "ours_path": best and best.get("path"),
+               "ours_default_us": us.get(s.get("default_config")) if s.get("default_config") else None,
+               "decode_topk_us": us.get("vllm decode_topk"), "vllm_best_us": vllm_best[0],
+               "vllm_best": vllm_best[1], "torch_us": us.get("torch.topk"),
+               "step_us": steps.get(OUR_STEP), "deepgemm_step_us": steps.get(DEEPGEMM_STEP),
+               "every_selection_checked": all(r.get("valid_rows") == 1.0 for r in s["rows"] if "us" in r)}
+        row["ours_over_vllm_best"] = _ratio(row["ours_us"], row["vllm_best_us"])
+        row["step_speedup"] = _ratio(row["deepgemm_step_us"], row["step_us"])
+        row["topk_share"] = _ratio(row["ours_us"], (row["logits_us"] or 0) + (row["ours_us"] or 0))
+        out.append(row)
+    return out
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def agreement(record: dict) -> list[dict]:
+    """Top-2048 agreement with the float64 reference's, per shape and precision: rows, least and mean share, and the
+    positions that changed, as each one's float64 distance from the 2048th value over its sum of |terms|."""
+    return [{"shape": Shape(**s["shape"]), **a} for s in record["shapes"] for a in s.get("agreement", [])]
+
+
+def nearest(record: dict, batch: int, context: int) -> dict:
+    """The summary row of the measured shape nearest to ``batch`` x ``context`` (in log2 of each), next_n = 1 first."""
+    rows = summary(record)
+    if not rows:
+        raise ValueError("record has no measured shapes")
+    return min(rows, key=lambda r: (r["shape"].next_n != 1, math.hypot(math.log2(r["shape"].batch / batch),
+                                                                       math.log2(r["shape"].avg_ctx / context))))
+
+
+def _cell(value, width: int, fmt: str = ".1f") -> str:
+    return f"{value:{width}{fmt}}" if value is not None else f"{'-':>{width}s}"
+
+
+def format_summary(rows: list[dict]) -> str:
+    header = (f"{'shape':26s} {'logits':>7s} {'ours':>7s} {'launch':>16s} {'decode':>7s} {'vLLM best':>9s} "
+              f"{'ours/best':>9s} {'torch':>7s} {'step':>7s} {'DG+vLLM':>8s} {'speed-up':>8s}")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(" ".join([f"{r['shape'].label:26s}", _cell(r["logits_us"], 7), _cell(r["ours_us"], 7),
+                               f"{r['ours_launch'] or '-':>16s}", _cell(r["decode_topk_us"], 7),
+                               _cell(r["vllm_best_us"], 9), _cell(r["ours_over_vllm_best"], 8, ".2f") + "x",
+                               _cell(r["torch_us"], 7), _cell(r["step_us"], 7), _cell(r["deepgemm_step_us"], 8),
+                               _cell(r["step_speedup"], 7, ".2f") + "x"]))
+    return "\n".join(lines)
+
+
+def format_agreement(rows: list[dict]) -> str:
+    lines = [f"{'shape':26s} {'precision':9s} {'rows':>5s} {'least':>7s} {'mean':>8s} {'changed a row':>13s}"]
+    for r in rows:
+        lines.append(f"{r['shape'].label:26s} {r['precision']:9s} {r['rows']:5d} {_cell(r['min'], 7, '.4f')} "
+                     f"{_cell(r['mean'], 8, '.5f')} {_cell(r['changed_per_row'], 13, '.2f')}")
+    return "\n".join(lines)
