@@ -97,3 +97,34 @@ def topk_launch(request):
     """Either top-k path for logits ``width`` positions wide: the row path's default launch, or the split path on
     small segments (for widths above 16)."""
     return (lambda width: default_config(width)) if request.param == "row" else (lambda width: SMALL_SPLIT)
+
+
+def topk_shape_record(batch, ctx, logits, ours, vllm, step=None, dg_step=None, valid=1.0):
+    """A shape of a benchmarks/topk_gpu.py run: ``ours`` {launch: us}, ``vllm`` {kernel: us}, one failed torch.topk."""
+    rows = [{"impl": name, "us": us, "valid_rows": valid, "path": "row" if name.startswith("row") else "split"}
+            for name, us in ours.items()]
+    rows += [{"impl": name, "us": us, "valid_rows": 1.0} for name, us in vllm.items()]
+    rows.append({"impl": "torch.topk", "error": "selection is not a top-2048 on every row", "valid_rows": 0.5})
+    steps = {k: v for k, v in (("ours (fastest launch)", step), ("deepgemm + vllm decode_topk", dg_step))
+             if v is not None}
+    return {"shape": {"batch": batch, "next_n": 1, "avg_ctx": ctx}, "logits_us": logits, "rows": rows,
+            "steps_us": steps, "default_config": next(iter(ours)),
+            "agreement": [{"precision": "fp8", "rows": 3, "min": 0.999, "mean": 0.9999, "changed_per_row": 0.2,
+                           "gaps_dropped": [1e-4], "gaps_added": [-2e-4]}]}
+
+
+@pytest.fixture(scope="session")
+def topk_shape():
+    return topk_shape_record
+
+
+@pytest.fixture(scope="session")
+def topk_record():
+    """A synthetic top-k run of two shapes (made up, not measured)."""
+    return {"provenance": {"gpu": "H200", "torch": "2.11", "triton": "3.6", "date": "d"}, "shapes": [
+        topk_shape_record(1, 131072, 11.0, {"split-4k": 12.0, "split-2k": 10.0},
+                          {"vllm decode_topk": 26.0, "vllm persistent_topk": 27.0, "vllm cooperative_topk": 26.0},
+                          step=21.0, dg_step=40.0),
+        topk_shape_record(64, 8192, 30.0, {"row-16w": 8.0},
+                          {"vllm top_k_per_row_decode": 15.0, "vllm persistent_topk": 11.0}),
+    ]}

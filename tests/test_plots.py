@@ -218,3 +218,23 @@ def test_hopper_kernel_diagram_draws_the_pieces_of_the_kernel():
         assert piece in texts
     assert [f"ready[{s}]" in texts and f"empty[{s}]" in texts for s in range(4)] == [True, True, True, False]
     assert tuple(fig.get_size_inches()) == (10, 5.4)
+
+
+def test_topk_plots_draw_the_runs_numbers(topk_record):
+    from preshuffle import topk_report, topk_steps
+
+    rows = topk_report.summary(topk_record)
+    fig = plots.step_split_plot(rows)
+    bars = [p for p in fig.axes[0].patches]
+    assert [round(p.get_height(), 9) for p in bars[:2]] == [11.0, 30.0]               # the logits kernel
+    assert [round(p.get_height(), 9) for p in bars[2:4]] == [10.0, 8.0]               # our top-k, on top of it
+    assert round(bars[4].get_height(), 9) == 40.0 and math.isnan(bars[5].get_height())  # DeepGEMM's step, where run
+    plt.close(fig)
+    fig = plots.topk_changes_plot(topk_report.agreement(topk_record))
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["dropped (above the 2048th): 2",
+                                                                           "added (below it): 2"]
+    plt.close(fig)
+    keys = topk_steps.order_keys(torch.randn(300, generator=torch.Generator().manual_seed(0)))
+    t, trace = topk_steps.bisect(keys, 40)
+    fig = plots.bisection_plot({"fp32 keys": trace}, {"fp32 keys": 40})
+    assert list(fig.axes[0].lines[0].get_ydata()) == [s["count"] for s in trace]

@@ -160,3 +160,32 @@ def test_explorer_runs_one_update_at_a_time():
     for t in threads:
         t.join()
     assert overlaps == []
+
+
+def test_decode_step_explorer_follows_the_sliders_and_the_setup(shown, topk_record):
+    from preshuffle import decode_model, topk_report
+
+    w = widgets.decode_step_explorer(record=topk_record)
+    first = w.result
+    assert first["setup"] == "GLM-5.2, 4x MI355X" and first["terms"] == decode_model.GLM52_MI355X_TP4.step_seconds(4, 2 ** 16)
+    c = controls(w)
+    open_figures = plt.get_fignums()
+    c["batch"].value = 64
+    c["context"].value = 2 ** 13
+    c["setup"].value = "DeepSeek-V3.2, 8x H200"
+    r = w.result
+    assert r["terms"] == decode_model.DecodeModel().step_seconds(64, 2 ** 13)
+    assert r["experts_touched"] == pytest.approx(decode_model.DecodeModel().experts_touched(64))
+    nearest = topk_report.nearest(topk_record, 64, 2 ** 13)
+    assert r["nearest"] == nearest and r["measured"] == pytest.approx(
+        {"our logits kernel": 61 * 30.0e-6, "our top-k": 61 * 8.0e-6})
+    assert plt.get_fignums() == open_figures
+    assert shown[-1].data == plots.png_bytes(plots.decode_step_plot(r["terms"], "DeepSeek-V3.2, 8x H200: batch 64, "
+                                                                    "context 8192", r["measured"]))
+
+
+def test_decode_step_without_a_committed_run_says_so(capsys):
+    r = widgets.decode_step(4, 50000, "GLM-5.2, 4x MI355X")
+    assert r["measured"] is None and "no committed top-k run" in widgets.format_decode_step(r)
+    with pytest.raises(ValueError, match="setup must be one of"):
+        widgets.decode_step(4, 50000, "GLM-5")

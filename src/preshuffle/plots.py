@@ -524,3 +524,86 @@ def hopper_kernel_diagram(stages: int = 4):
     box(74, 1.5, 24, 6.5, "grid: sequences x runs of positions,\nset by the launch rule", "#f2f2f2")
     fig.tight_layout()
     return fig
+
+
+# Chapter 6: from logits to tokens.
+
+
+def bisection_plot(traces: dict[str, list[dict]], targets: dict[str, int]):
+    """Each bisection of the top-k's row path (``topk_steps.bisect`` traces): the count of keys at or above each
+    midpoint, halving by halving, against the count it looks for."""
+    fig, axes = plt.subplots(1, len(traces), figsize=WIDE)
+    for ax, (label, trace) in zip(np.atleast_1d(axes), traces.items()):
+        counts = [step["count"] for step in trace]
+        ax.plot(range(1, len(counts) + 1), counts, "o-")
+        ax.axhline(targets[label], color="red", linestyle="--", linewidth=0.8, label=f"looks for {targets[label]}")
+        ax.set_yscale("log")
+        ax.set_xlabel("halving")
+        ax.set_ylabel("keys >= midpoint")
+        ax.set_title(label, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def step_split_plot(rows: list[dict]):
+    """The indexer's step per shape (rows of ``topk_report.summary``): our logits kernel and our top-k, timed apart,
+    beside the step in one graph, ours and DeepGEMM + vLLM's top-k."""
+    labels = _shape_labels(rows)
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=WIDE)
+    logits = np.array([r["logits_us"] or np.nan for r in rows])
+    topk = np.array([r["ours_us"] or np.nan for r in rows])
+    ax.bar(x - 0.2, logits, 0.4, label="our logits kernel")
+    ax.bar(x - 0.2, topk, 0.4, bottom=logits, label="our top-k")
+    ax.bar(x + 0.2, [r["deepgemm_step_us"] or np.nan for r in rows], 0.4, label="DeepGEMM + vLLM decode_topk (one graph)",
+           color="tab:gray")
+    ax.plot(x - 0.2, [r["step_us"] or np.nan for r in rows], "k_", markersize=18, label="ours in one graph")
+    ax.set_yscale("log")
+    ax.set_xticks(x, labels, fontsize=7)
+    ax.set_ylabel("us (H200)")
+    ax.set_title("The indexer's step (B/next_n/ctx)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def topk_changes_plot(rows: list[dict]):
+    """Where the positions an fp8 path changes lie (rows of ``topk_report.agreement``): each dropped or added
+    position's float64 logit minus the reference's 2048th, over its sum of |terms|, per precision."""
+    precisions = sorted({r["precision"] for r in rows})
+    fig, axes = plt.subplots(1, len(precisions), figsize=WIDE, sharey=True)
+    for ax, precision in zip(np.atleast_1d(axes), precisions):
+        dropped = [g for r in rows if r["precision"] == precision for g in r["gaps_dropped"]]
+        added = [g for r in rows if r["precision"] == precision for g in r["gaps_added"]]
+        for gaps, label in ((dropped, "dropped (above the 2048th)"), (added, "added (below it)")):
+            if gaps:
+                ax.hist(gaps, bins=30, alpha=0.6, label=f"{label}: {len(gaps)}")
+        ax.set_xlabel("(logit - 2048th) / sum |terms|")
+        ax.set_title(precision, fontsize=9)
+        ax.legend(fontsize=7)
+    np.atleast_1d(axes)[0].set_ylabel("positions")
+    fig.tight_layout()
+    return fig
+
+
+def decode_step_plot(terms: dict[str, float], title: str, measured: dict[str, float] | None = None):
+    """One decode step's floor (``DecodeModel.step_seconds``, seconds) as a stacked bar, and beside it, where a run
+    measured them, the indexer's kernels summed over the step's indexer layers (``measured``, seconds). An
+    explorer's figure: a plain Figure."""
+    fig = Figure(figsize=WIDE)
+    ax = fig.subplots()
+    bars = [("floor of one step", [(name, terms[name]) for name in ("weights", "indexer", "topk", "attention")])]
+    if measured:
+        bars.append(("indexer kernels measured\non the H200, every layer", list(measured.items())))
+    for y, (_, parts) in enumerate(bars):
+        left = 0.0
+        for name, seconds in parts:
+            ax.barh(y, 1e3 * seconds, left=left, label=f"{name}: {1e3 * seconds:.3g} ms")
+            left += 1e3 * seconds
+    ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
+    ax.set_xlabel("ms")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig

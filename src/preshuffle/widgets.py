@@ -10,7 +10,7 @@ import threading
 import ipywidgets as widgets
 from IPython.display import Image, display
 
-from . import benchmark, device, plots, report
+from . import benchmark, decode_model, device, plots, report, topk_report
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
 from .plots import CACHE_LINE
@@ -207,3 +207,70 @@ def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, var
     button.on_click(measure)
     w.children = (*w.children[:-1], widgets.HBox([button, note]), w.children[-1])
     return w
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The decode-step explorer (chapter 6): one step's floor at a batch and context, and the indexer's kernels measured.
+
+STEP_BATCHES = tuple(2 ** i for i in range(13))
+STEP_CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(12, 18)) + (("1M", 2 ** 20),)
+STEP_SETUPS = {"GLM-5.2, 4x MI355X": decode_model.GLM52_MI355X_TP4, "DeepSeek-V3.2, 8x H200": decode_model.DecodeModel()}
+
+
+def decode_step(batch: int, context: int, setup: str, record: dict | None = None) -> dict:
+    """The floor of a decode step of ``batch`` query rows seeing ``context`` tokens on ``setup`` (a key of
+    STEP_SETUPS), the experts a MoE layer touches, the indexer's share of the floor; and, where ``record`` (a
+    benchmarks/topk_gpu.py run) holds one, its nearest measured shape, whose logits kernel and fastest top-k (ours,
+    and vLLM's best) summed over the setup's indexer layers give the indexer's measured time a step."""
+    if setup not in STEP_SETUPS:
+        raise ValueError(f"setup must be one of {list(STEP_SETUPS)}, got {setup!r}")
+    model = STEP_SETUPS[setup]
+    terms = model.step_seconds(batch, context)
+    result = {"setup": setup, "batch": batch, "context": context, "terms": terms,
+              "experts_touched": model.experts_touched(batch), "experts": model.geometry.experts,
+              "indexer_step_share": model.indexer_step_share(batch, context), "nearest": None, "measured": None}
+    if record is not None:
+        row = topk_report.nearest(record, batch, context)
+        layers = model.geometry.indexer_layers
+        result["nearest"] = row
+        result["measured"] = {name: layers * row[key] * 1e-6 for name, key in
+                              (("our logits kernel", "logits_us"), ("our top-k", "ours_us")) if row[key] is not None}
+    return result
+
+
+def format_decode_step(r: dict) -> str:
+    t = r["terms"]
+    lines = [f"{r['setup']}, batch {r['batch']}, context {r['context']}: floor {1e3 * t['total']:.3g} ms = weights "
+             f"{1e3 * t['weights']:.3g} ms ({r['experts_touched']:.0f} of {r['experts']} experts a MoE layer) + "
+             f"indexer {1e3 * t['indexer']:.3g} + top-k {1e3 * t['topk']:.3g} + sparse attention "
+             f"{1e3 * t['attention']:.3g}; the indexer's two kernels are {100 * r['indexer_step_share']:.1f}% of it"]
+    if r["nearest"] is None:
+        lines.append("no committed top-k run (results/h200-topk.json): nothing measured to show beside the floor")
+    else:
+        n = r["nearest"]
+        lines.append(f"measured on the H200 at {n['shape'].label} (nearest): logits {n['logits_us']} us, our top-k "
+                     f"{n['ours_us']} us, vLLM's best top-k {n['vllm_best_us']} us a call")
+    return "\n".join(lines)
+
+
+def show_decode_step(batch: int = 4, context: int = 2 ** 16, setup: str = next(iter(STEP_SETUPS)),
+                     record: dict | None = None) -> dict:
+    """Draw :func:`decode_step`'s floor and measured bars, print them; return its result."""
+    r = decode_step(batch, context, setup, record)
+    show_figure(plots.decode_step_plot(r["terms"], f"{setup}: batch {batch}, context {context}", r["measured"]))
+    print(format_decode_step(r))
+    return r
+
+
+def decode_step_explorer(batch: int = 4, context: int = 2 ** 16, setup: str = next(iter(STEP_SETUPS)),
+                         record: dict | None = None):
+    """Batch and context sliders and a setup toggle over the decode-step model, with the committed top-k run
+    (``record``, None where none is committed) beside it."""
+    return Explorer(
+        show_decode_step,
+        batch=widgets.SelectionSlider(options=STEP_BATCHES, value=batch, description="batch", continuous_update=False),
+        context=widgets.SelectionSlider(options=STEP_CONTEXTS, value=context, description="context",
+                                        continuous_update=False),
+        setup=widgets.ToggleButtons(options=list(STEP_SETUPS), value=setup, description="setup"),
+        record=widgets.fixed(record),
+    )
