@@ -40,7 +40,8 @@ def test_stored_notebooks_have_canonical_metadata(notebook_metadata, path):
     shown = {output["data"][WIDGET_VIEW]["model_id"] for cell in notebook["cells"] for output in cell.get("outputs", [])
              if WIDGET_VIEW in output.get("data", {})}
     assert shown <= set(metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {}))
-    assert bool(shown) is (path.name in ("01_k_cache_layout.ipynb", "02_negotiation.ipynb", "04_performance.ipynb"))
+    assert bool(shown) is (path.name in ("01_k_cache_layout.ipynb", "02_negotiation.ipynb", "04_performance.ipynb",
+                                         "06_logits_to_tokens.ipynb"))
 
 
 def test_canonical_metadata_is_what_make_labs_kernel_writes(notebook_metadata):
