@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from .report import RESULTS, provenance_line
+from .report import RESULTS, _cell, provenance_line
 from .shapes import Shape
 
 RESULTS_FILE = RESULTS / "h200-topk.json"
@@ -78,10 +78,6 @@ def nearest(record: dict, batch: int, context: int) -> dict:
                                                                        math.log2(r["shape"].avg_ctx / context))))
 
 
-def _cell(value, width: int, fmt: str = ".1f") -> str:
-    return f"{value:{width}{fmt}}" if value is not None else f"{'-':>{width}s}"
-
-
 def format_summary(rows: list[dict]) -> str:
     header = (f"{'shape':26s} {'logits':>7s} {'ours':>7s} {'launch':>16s} {'decode':>7s} {'vLLM best':>9s} "
               f"{'ours/best':>9s} {'torch':>7s} {'step':>7s} {'DG+vLLM':>8s} {'speed-up':>8s}")
@@ -89,9 +85,9 @@ def format_summary(rows: list[dict]) -> str:
     for r in rows:
         lines.append(" ".join([f"{r['shape'].label:26s}", _cell(r["logits_us"], 7), _cell(r["ours_us"], 7),
                                f"{r['ours_launch'] or '-':>16s}", _cell(r["decode_topk_us"], 7),
-                               _cell(r["vllm_best_us"], 9), _cell(r["ours_over_vllm_best"], 8, ".2f") + "x",
+                               _cell(r["vllm_best_us"], 9), _cell(r["ours_over_vllm_best"], 9, ".2f", "x"),
                                _cell(r["torch_us"], 7), _cell(r["step_us"], 7), _cell(r["deepgemm_step_us"], 8),
-                               _cell(r["step_speedup"], 7, ".2f") + "x"]))
+                               _cell(r["step_speedup"], 8, ".2f", "x")]))
     return "\n".join(lines)
 
 

@@ -156,11 +156,17 @@ def _write_winners(key, t, need, pos, dst, N: tl.constexpr):
 
 
 @triton.jit
-def _write_prefix(dst, n, k, CHUNK: tl.constexpr):
-    """A row that sees ``n <= k`` positions: all of them, then -1."""
-    for first in range(0, k, CHUNK):
-        i = first + tl.arange(0, CHUNK)
-        tl.store(dst + i, tl.where(i < n, i, -1), mask=i < k)
+def _row_and_prefix(ctx_ptr, out_ptr, k, width, NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr):
+    """This program's row, how many positions it sees, and its output row; a row that sees ``n <= k`` positions
+    is written here, all of them, then -1."""
+    row = tl.program_id(0)
+    n = _row_length(ctx_ptr, row, width, NEXT_N, CTX_2D)
+    out_row = out_ptr + row.to(tl.int64) * k
+    if n <= k:
+        for first in range(0, k, CHUNK):
+            i = first + tl.arange(0, CHUNK)
+            tl.store(out_row + i, tl.where(i < n, i, -1), mask=i < k)
+    return row, n, out_row
 
 
 @triton.jit
@@ -271,12 +277,8 @@ def _finish(row_ptr, n, p, n_above, n_tied, k, out_row, cand_row, BITS: tl.const
 def _topk_row_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, k, width,
                      NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, TILE: tl.constexpr, SEARCH_BITS: tl.constexpr,
                      CAP: tl.constexpr, CHUNK: tl.constexpr):
-    row = tl.program_id(0)
-    n = _row_length(ctx_ptr, row, width, NEXT_N, CTX_2D)
-    out_row = out_ptr + row.to(tl.int64) * k
-    if n <= k:
-        _write_prefix(out_row, n, k, CHUNK)
-    else:
+    row, n, out_row = _row_and_prefix(ctx_ptr, out_ptr, k, width, NEXT_N, CTX_2D, CHUNK)
+    if n > k:
         # Only the buckets are held in registers, through the bisection; the positions are then written from the
         # row read again a chunk at a time (from L1 or L2), so that no second tile an element is ever live.
         row_ptr = x_ptr + row.to(tl.int64) * x_stride
@@ -354,12 +356,8 @@ def _topk_compact_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, meta_ptr, 
 @triton.jit
 def _topk_final_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, meta_ptr, k, width,
                        NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, BITS: tl.constexpr, CAP: tl.constexpr):
-    row = tl.program_id(0)
-    n = _row_length(ctx_ptr, row, width, NEXT_N, CTX_2D)
-    out_row = out_ptr + row.to(tl.int64) * k
-    if n <= k:
-        _write_prefix(out_row, n, k, CAP)
-    else:
+    row, n, out_row = _row_and_prefix(ctx_ptr, out_ptr, k, width, NEXT_N, CTX_2D, CAP)
+    if n > k:
         m = meta_ptr + row * 4
         _finish(x_ptr + row.to(tl.int64) * x_stride, n, tl.load(m), tl.load(m + 1), tl.load(m + 2), k, out_row,
                 cand_ptr + row.to(tl.int64) * (2 * CAP), BITS, CAP)
