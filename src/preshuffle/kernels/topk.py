@@ -93,12 +93,12 @@ def path_for(width: int, config: TopKConfig) -> str:
 
 
 @triton.jit
-def _row_length(ctx_ptr, row, width, NEXT_N: tl.constexpr, CTX_2D: tl.constexpr):
+def _row_length(ctx_ptr, row, width, next_n, CTX_2D: tl.constexpr):
     """How many leading positions ``row`` may see, as the logits kernel's rule says, cut to ``[0, width]``."""
     if CTX_2D:
         n = tl.load(ctx_ptr + row)
     else:
-        n = tl.load(ctx_ptr + row // NEXT_N) - NEXT_N + row % NEXT_N + 1
+        n = tl.load(ctx_ptr + row // next_n) - next_n + row % next_n + 1
     return tl.minimum(tl.maximum(n, 0), width)
 
 
@@ -156,11 +156,11 @@ def _write_winners(key, t, need, pos, dst, N: tl.constexpr):
 
 
 @triton.jit
-def _row_and_prefix(ctx_ptr, out_ptr, k, width, NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr):
+def _row_and_prefix(ctx_ptr, out_ptr, k, width, next_n, CTX_2D: tl.constexpr, CHUNK: tl.constexpr):
     """This program's row, how many positions it sees, and its output row; a row that sees ``n <= k`` positions
     is written here, all of them, then -1."""
     row = tl.program_id(0)
-    n = _row_length(ctx_ptr, row, width, NEXT_N, CTX_2D)
+    n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     out_row = out_ptr + row.to(tl.int64) * k
     if n <= k:
         for first in range(0, k, CHUNK):
@@ -273,11 +273,11 @@ def _finish(row_ptr, n, p, n_above, n_tied, k, out_row, cand_row, BITS: tl.const
 # The row path
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["next_n"])  # one build for every next_n
 def _topk_row_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, k, width,
-                     NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, TILE: tl.constexpr, SEARCH_BITS: tl.constexpr,
+                     next_n, CTX_2D: tl.constexpr, TILE: tl.constexpr, SEARCH_BITS: tl.constexpr,
                      CAP: tl.constexpr, CHUNK: tl.constexpr):
-    row, n, out_row = _row_and_prefix(ctx_ptr, out_ptr, k, width, NEXT_N, CTX_2D, CHUNK)
+    row, n, out_row = _row_and_prefix(ctx_ptr, out_ptr, k, width, next_n, CTX_2D, CHUNK)
     if n > k:
         # Only the buckets are held in registers, through the bisection; the positions are then written from the
         # row read again a chunk at a time (from L1 or L2), so that no second tile an element is ever live.
@@ -295,25 +295,25 @@ def _topk_row_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, k, width,
 # The split path
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["next_n"])  # one build for every next_n
 def _topk_hist_kernel(x_ptr, x_stride, ctx_ptr, hist_ptr, k, width, n_segments,
-                      NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, SEG: tl.constexpr, BITS: tl.constexpr):
+                      next_n, CTX_2D: tl.constexpr, SEG: tl.constexpr, BITS: tl.constexpr):
     row = tl.program_id(0)
     s = tl.program_id(1)
-    n = _row_length(ctx_ptr, row, width, NEXT_N, CTX_2D)
+    n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     if (n > k) & (s * SEG < n):
         bucket = _buckets(x_ptr + row.to(tl.int64) * x_stride, s * SEG + tl.arange(0, SEG), n, BITS)
         counts = tl.histogram(tl.maximum(bucket, 0), 1 << BITS, mask=bucket >= 0)
         tl.store(hist_ptr + (row.to(tl.int64) * n_segments + s) * (1 << BITS) + tl.arange(0, 1 << BITS), counts)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["next_n"])  # one build for every next_n
 def _topk_reduce_kernel(ctx_ptr, hist_ptr, meta_ptr, offsets_ptr, k, width, n_segments,
-                        NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, SEG: tl.constexpr, BITS: tl.constexpr):
+                        next_n, CTX_2D: tl.constexpr, SEG: tl.constexpr, BITS: tl.constexpr):
     """Per row: the bucket p holding the k-th largest logit, how many positions lie above it and in it (meta), and
     each segment's first output slot and first candidate slot (offsets)."""
     row = tl.program_id(0)
-    n = _row_length(ctx_ptr, row, width, NEXT_N, CTX_2D)
+    n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     if n > k:
         used = tl.cdiv(n, SEG)
         bins = tl.arange(0, 1 << BITS)
@@ -339,13 +339,13 @@ def _topk_reduce_kernel(ctx_ptr, hist_ptr, meta_ptr, offsets_ptr, k, width, n_se
             tied_before += tl.sum(tl.where(bins == p, h, 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["next_n"])  # one build for every next_n
 def _topk_compact_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, meta_ptr, offsets_ptr, k, width, n_segments,
-                         NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, SEG: tl.constexpr, BITS: tl.constexpr,
+                         next_n, CTX_2D: tl.constexpr, SEG: tl.constexpr, BITS: tl.constexpr,
                          CAP: tl.constexpr):
     row = tl.program_id(0)
     s = tl.program_id(1)
-    n = _row_length(ctx_ptr, row, width, NEXT_N, CTX_2D)
+    n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     if (n > k) & (s * SEG < n):
         o = offsets_ptr + (row.to(tl.int64) * n_segments + s) * 2
         _compact(x_ptr + row.to(tl.int64) * x_stride, s * SEG, tl.minimum(n, (s + 1) * SEG), tl.load(meta_ptr + row * 4),
@@ -353,10 +353,10 @@ def _topk_compact_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, meta_ptr, 
                  BITS, CAP, SEG)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["next_n"])  # one build for every next_n
 def _topk_final_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, meta_ptr, k, width,
-                       NEXT_N: tl.constexpr, CTX_2D: tl.constexpr, BITS: tl.constexpr, CAP: tl.constexpr):
-    row, n, out_row = _row_and_prefix(ctx_ptr, out_ptr, k, width, NEXT_N, CTX_2D, CAP)
+                       next_n, CTX_2D: tl.constexpr, BITS: tl.constexpr, CAP: tl.constexpr):
+    row, n, out_row = _row_and_prefix(ctx_ptr, out_ptr, k, width, next_n, CTX_2D, CAP)
     if n > k:
         m = meta_ptr + row * 4
         _finish(x_ptr + row.to(tl.int64) * x_stride, n, tl.load(m), tl.load(m + 1), tl.load(m + 2), k, out_row,
@@ -374,7 +374,7 @@ def launch_topk(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, 
     rows, width = logits.shape
     if rows == 0 or width == 0:  # nothing to read: every row sees no position
         return out.fill_(-1)
-    common = dict(NEXT_N=next_n, CTX_2D=ctx_2d)
+    common = dict(next_n=next_n, CTX_2D=ctx_2d)
     if path_for(width, config) == "row":
         cand = torch.empty(rows, 2 * config.candidates, dtype=torch.int32, device=logits.device)
         _topk_row_kernel[(rows,)](logits, logits.stride(0), lengths, out, cand, k, width, **common,
@@ -404,28 +404,28 @@ def launch_topk(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, 
 # Compiled without a GPU
 
 
-def kernels(config: TopKConfig, next_n: int = 1, ctx_2d: bool = False, dtype: str = "fp32") -> dict:
+def kernels(config: TopKConfig, ctx_2d: bool = False, dtype: str = "fp32") -> dict:
     """Each kernel a call with ``config`` launches: name -> (jit function, signature, constexprs, warps), as a GPU
     compiles them for 16-byte aligned tensors and 16-divisible strides."""
-    common = dict(NEXT_N=next_n, CTX_2D=ctx_2d)
+    common = dict(CTX_2D=ctx_2d)
     split = dict(**common, SEG=config.segment, BITS=config.hist_bits)
     x = {"x_ptr": f"*{dtype}", "x_stride": "i32", "ctx_ptr": "*i32"}
     ints = lambda *names: dict.fromkeys(names, "i32")  # noqa: E731
     return {
-        "row": (_topk_row_kernel, {**x, "out_ptr": "*i32", "cand_ptr": "*i32", **ints("k", "width")},
+        "row": (_topk_row_kernel, {**x, "out_ptr": "*i32", "cand_ptr": "*i32", **ints("k", "width", "next_n")},
                 dict(**common, TILE=config.row_tile, SEARCH_BITS=config.search_bits, CAP=config.candidates,
                      CHUNK=min(config.row_tile, ROW_CHUNK)),
                 config.row_warps),
-        "hist": (_topk_hist_kernel, {**x, "hist_ptr": "*i32", **ints("k", "width", "n_segments")}, split,
+        "hist": (_topk_hist_kernel, {**x, "hist_ptr": "*i32", **ints("k", "width", "n_segments", "next_n")}, split,
                  config.split_warps),
         "reduce": (_topk_reduce_kernel, {"ctx_ptr": "*i32", "hist_ptr": "*i32", "meta_ptr": "*i32",
-                                         "offsets_ptr": "*i32", **ints("k", "width", "n_segments")}, split,
+                                         "offsets_ptr": "*i32", **ints("k", "width", "n_segments", "next_n")}, split,
                    config.final_warps),
         "compact": (_topk_compact_kernel, {**x, "out_ptr": "*i32", "cand_ptr": "*i32", "meta_ptr": "*i32",
-                                           "offsets_ptr": "*i32", **ints("k", "width", "n_segments")},
+                                           "offsets_ptr": "*i32", **ints("k", "width", "n_segments", "next_n")},
                     dict(**split, CAP=config.split_candidates), config.split_warps),
         "final": (_topk_final_kernel, {**x, "out_ptr": "*i32", "cand_ptr": "*i32", "meta_ptr": "*i32",
-                                       **ints("k", "width")},
+                                       **ints("k", "width", "next_n")},
                   dict(**common, BITS=config.hist_bits, CAP=config.split_candidates), config.final_warps),
     }
 
