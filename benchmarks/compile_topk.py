@@ -49,7 +49,8 @@ def main(argv=None):
         print(json.dumps(rows))
         return
     for r in rows:
-        print(f"sm{r['capability'][0]}{r['capability'][1]} {r['dtype']:4s} {r['kernel']:7s} | {r['registers']:3d} regs, "
+        sm = "sm{}{}".format(*r["capability"])
+        print(f"{sm} {r['dtype']:4s} {r['kernel']:7s} | {r['registers']:3d} regs, "
               f"stack {r['stack']:4d}, {r['shared']:6d} B shared, {r['warps']:2d} warps, ~{r['instructions']} "
               f"instructions", flush=True)
 

@@ -167,7 +167,8 @@ def test_decode_step_explorer_follows_the_sliders_and_the_setup(shown, topk_reco
 
     w = widgets.decode_step_explorer(record=topk_record)
     first = w.result
-    assert first["setup"] == "GLM-5.2, 4x MI355X" and first["terms"] == decode_model.GLM52_MI355X_TP4.step_seconds(4, 2 ** 16)
+    assert first["setup"] == "GLM-5.2, 4x MI355X"
+    assert first["terms"] == decode_model.GLM52_MI355X_TP4.step_seconds(4, 2 ** 16)
     c = controls(w)
     open_figures = plt.get_fignums()
     c["batch"].value = 64

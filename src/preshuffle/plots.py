@@ -556,8 +556,8 @@ def step_split_plot(rows: list[dict]):
     topk = np.array([r["ours_us"] or np.nan for r in rows])
     ax.bar(x - 0.2, logits, 0.4, label="our logits kernel")
     ax.bar(x - 0.2, topk, 0.4, bottom=logits, label="our top-k")
-    ax.bar(x + 0.2, [r["deepgemm_step_us"] or np.nan for r in rows], 0.4, label="DeepGEMM + vLLM decode_topk (one graph)",
-           color="tab:gray")
+    ax.bar(x + 0.2, [r["deepgemm_step_us"] or np.nan for r in rows], 0.4,
+           label="DeepGEMM + vLLM decode_topk (one graph)", color="tab:gray")
     ax.plot(x - 0.2, [r["step_us"] or np.nan for r in rows], "k_", markersize=18, label="ours in one graph")
     ax.set_yscale("log")
     ax.set_xticks(x, labels, fontsize=7)

@@ -37,11 +37,13 @@ LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _sequences(logits: torch.Tensor, context_lens) -> tuple[int, int, bool]:
     """(batch, next_n, 2-D lengths) that ``context_lens`` implies for ``logits``' rows, after checking both."""
     if not isinstance(logits, torch.Tensor) or not logits.dtype.is_floating_point:
-        raise TypeError(f"logits must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits).__name__)}")
+        got = getattr(logits, "dtype", type(logits).__name__)
+        raise TypeError(f"logits must be a floating-point tensor, got {got}")
     if logits.dim() != 2:
         raise ValueError(f"logits must be [rows, positions], got shape {list(logits.shape)}")
     if not isinstance(context_lens, torch.Tensor) or context_lens.dtype != torch.int32:
-        raise TypeError(f"context_lens must be an int32 tensor, got {getattr(context_lens, 'dtype', type(context_lens).__name__)}")
+        got = getattr(context_lens, "dtype", type(context_lens).__name__)
+        raise TypeError(f"context_lens must be an int32 tensor, got {got}")
     rows = logits.shape[0]
     if context_lens.dim() == 2:
         batch, next_n = context_lens.shape
@@ -99,7 +101,8 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
     if logits.shape[1] and logits.stride(1) != 1:
         raise ValueError(f"logits must have unit column stride, got strides {list(logits.stride())}")
     if context_lens.device != logits.device:
-        raise ValueError(f"context_lens is on {context_lens.device}, logits on {logits.device}: pass both on one device")
+        raise ValueError(f"context_lens is on {context_lens.device}, logits on {logits.device}: pass both on one "
+                         f"device")
     device.require_kernel_devices(logits=logits, context_lens=context_lens)
     if config is not None and not isinstance(config, TopKConfig):
         raise TypeError(f"config must be a TopKConfig, got {type(config).__name__}")

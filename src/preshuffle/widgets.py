@@ -214,7 +214,8 @@ def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, var
 
 STEP_BATCHES = tuple(2 ** i for i in range(13))
 STEP_CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(12, 18)) + (("1M", 2 ** 20),)
-STEP_SETUPS = {"GLM-5.2, 4x MI355X": decode_model.GLM52_MI355X_TP4, "DeepSeek-V3.2, 8x H200": decode_model.DecodeModel()}
+STEP_SETUPS = {"GLM-5.2, 4x MI355X": decode_model.GLM52_MI355X_TP4,
+               "DeepSeek-V3.2, 8x H200": decode_model.DecodeModel()}
 
 
 def decode_step(batch: int, context: int, setup: str, record: dict | None = None) -> dict:

@@ -348,9 +348,10 @@ def _topk_compact_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, meta_ptr, 
     n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     if (n > k) & (s * SEG < n):
         o = offsets_ptr + (row.to(tl.int64) * n_segments + s) * 2
-        _compact(x_ptr + row.to(tl.int64) * x_stride, s * SEG, tl.minimum(n, (s + 1) * SEG), tl.load(meta_ptr + row * 4),
-                 tl.load(o), tl.load(o + 1), out_ptr + row.to(tl.int64) * k, cand_ptr + row.to(tl.int64) * (2 * CAP),
-                 BITS, CAP, SEG)
+        last = tl.minimum(n, (s + 1) * SEG)
+        _compact(x_ptr + row.to(tl.int64) * x_stride, s * SEG, last, tl.load(meta_ptr + row * 4), tl.load(o),
+                 tl.load(o + 1), out_ptr + row.to(tl.int64) * k, cand_ptr + row.to(tl.int64) * (2 * CAP), BITS, CAP,
+                 SEG)
 
 
 @triton.jit(do_not_specialize=["next_n"])  # one build for every next_n
