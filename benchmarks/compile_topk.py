@@ -37,7 +37,8 @@ def compile_all(config: topk.TopKConfig, capabilities=CAPABILITIES, dtypes=("fp3
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for field in dataclasses.fields(topk.TopKConfig):
-        ap.add_argument("--" + field.name.replace("_", "-"), type=int, default=field.default)
+        kind = (lambda v: bool(int(v))) if isinstance(field.default, bool) else int
+        ap.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default)
     ap.add_argument("--capability", help="compute capabilities, e.g. 8.0,9.0 (default: sm80 to sm100)")
     ap.add_argument("--json", action="store_true", help="print every kernel's resources as JSON")
     args = ap.parse_args(argv)

@@ -29,6 +29,7 @@ def as_sets(selection):
     ("split_warps", 2.0, TypeError, "split_warps must be a positive int"),
     ("search_bits", 17, ValueError, r"search_bits must be in \[1, 16\]"),
     ("hist_bits", 4, ValueError, "hist_bits must be in .* at least 32 bins"),
+    ("row_halves", 1, TypeError, "row_halves must be a bool"),
 ])
 def test_topk_config_refuses_launches_the_kernels_cannot_run(field, value, error, match):
     with pytest.raises(error, match=match):
@@ -63,6 +64,15 @@ def test_the_row_paths_first_bisection_depth_changes_no_position(search_bits):
     logits = (torch.randn(3, 400, generator=g) * 2).to(DEV)
     ctx = torch.tensor([400, 399, 150], dtype=torch.int32, device=DEV)
     config = TopKConfig(row_tile=512, row_warps=2, search_bits=search_bits, candidates=512)
+    assert as_sets(indexer_topk(logits, ctx, 64, config=config)) == as_sets(topk_reference(logits, ctx, 64))
+
+
+@pytest.mark.parametrize("halves", [True, False])
+def test_a_row_half_the_tiles_length_is_bisected_over_half_a_tile(halves):
+    g = torch.Generator().manual_seed(7)
+    logits = (torch.randn(3, 512, generator=g) * 2).to(DEV)
+    ctx = torch.tensor([512, 256, 100], dtype=torch.int32, device=DEV)  # over half, exactly half, under
+    config = TopKConfig(row_tile=512, row_warps=2, row_halves=halves)
     assert as_sets(indexer_topk(logits, ctx, 64, config=config)) == as_sets(topk_reference(logits, ctx, 64))
 
 

@@ -48,13 +48,15 @@ class TopKConfig:
     """How the top-k runs. ``row_tile``: the longest logits width the row path takes (a power of two; wider logits
     take the split path); ``row_warps``; ``search_bits``: 16-bit-key bits the row path bisects over the whole tile
     before it copies the remaining bucket aside; ``candidates``: how many bucket positions are copied aside (a power
-    of two); ``segment``, ``split_warps``: positions and warps of a split-path program; ``hist_bits``: the split
-    path's histogram bins, ``2**hist_bits``; ``final_warps``: warps of the split path's last step."""
+    of two); ``row_halves``: a row no longer than half the tile is bisected over half a tile; ``segment``,
+    ``split_warps``: positions and warps of a split-path program; ``hist_bits``: the split path's histogram bins,
+    ``2**hist_bits``; ``final_warps``: warps of the split path's last step."""
 
     row_tile: int = 16384
     row_warps: int = 16
     search_bits: int = 12
     candidates: int = 512
+    row_halves: bool = True
     segment: int = 4096
     split_warps: int = 8
     hist_bits: int = 8
@@ -72,6 +74,8 @@ class TopKConfig:
                 raise ValueError(f"{name} must be a power of two up to 32, got {value}")
         if not 1 <= positive_int(self.search_bits, "search_bits") <= 16:
             raise ValueError(f"search_bits must be in [1, 16], got {self.search_bits}")
+        if not isinstance(self.row_halves, bool):
+            raise TypeError(f"row_halves must be a bool, got {type(self.row_halves).__name__} {self.row_halves!r}")
         if not 5 <= positive_int(self.hist_bits, "hist_bits") <= 12:
             raise ValueError(f"hist_bits must be in [5, 12] (tl.histogram needs at least 32 bins), "
                              f"got {self.hist_bits}")
@@ -276,14 +280,18 @@ def _finish(row_ptr, n, p, n_above, n_tied, k, out_row, cand_row, BITS: tl.const
 @triton.jit(do_not_specialize=["next_n"])  # one build for every next_n
 def _topk_row_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, cand_ptr, k, width,
                      next_n, CTX_2D: tl.constexpr, TILE: tl.constexpr, SEARCH_BITS: tl.constexpr,
-                     CAP: tl.constexpr, CHUNK: tl.constexpr):
+                     CAP: tl.constexpr, CHUNK: tl.constexpr, HALVES: tl.constexpr):
     row, n, out_row = _row_and_prefix(ctx_ptr, out_ptr, k, width, next_n, CTX_2D, CHUNK)
     if n > k:
         # Only the buckets are held in registers, through the bisection; the positions are then written from the
         # row read again a chunk at a time (from L1 or L2), so that no second tile an element is ever live.
         row_ptr = x_ptr + row.to(tl.int64) * x_stride
-        bucket = _buckets(row_ptr, tl.arange(0, TILE), n, SEARCH_BITS)
-        p = _kth_key(bucket, bucket >= 0, k)
+        if HALVES and n <= TILE // 2:  # a row half the tile's length counts over half a tile
+            half = _buckets(row_ptr, tl.arange(0, TILE // 2), n, SEARCH_BITS)
+            p = _kth_key(half, half >= 0, k)
+        else:
+            whole = _buckets(row_ptr, tl.arange(0, TILE), n, SEARCH_BITS)
+            p = _kth_key(whole, whole >= 0, k)
         cand_row = cand_ptr + row.to(tl.int64) * (2 * CAP)
         zero = tl.zeros((), tl.int32)
         n_above, n_tied = _compact(row_ptr, 0, n, p, zero, zero, out_row, cand_row, SEARCH_BITS, CAP, CHUNK)
@@ -380,7 +388,8 @@ def launch_topk(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, 
         cand = torch.empty(rows, 2 * config.candidates, dtype=torch.int32, device=logits.device)
         _topk_row_kernel[(rows,)](logits, logits.stride(0), lengths, out, cand, k, width, **common,
                                   TILE=config.row_tile, SEARCH_BITS=config.search_bits, CAP=config.candidates,
-                                  CHUNK=min(config.row_tile, ROW_CHUNK), num_warps=config.row_warps)
+                                  CHUNK=min(config.row_tile, ROW_CHUNK), HALVES=config.row_halves,
+                                  num_warps=config.row_warps)
         return out
     seg, bits, cap = config.segment, config.hist_bits, config.split_candidates
     n_segments = triton.cdiv(width, seg)
@@ -415,7 +424,7 @@ def kernels(config: TopKConfig, ctx_2d: bool = False, dtype: str = "fp32") -> di
     return {
         "row": (_topk_row_kernel, {**x, "out_ptr": "*i32", "cand_ptr": "*i32", **ints("k", "width", "next_n")},
                 dict(**common, TILE=config.row_tile, SEARCH_BITS=config.search_bits, CAP=config.candidates,
-                     CHUNK=min(config.row_tile, ROW_CHUNK)),
+                     CHUNK=min(config.row_tile, ROW_CHUNK), HALVES=config.row_halves),
                 config.row_warps),
         "hist": (_topk_hist_kernel, {**x, "hist_ptr": "*i32", **ints("k", "width", "n_segments", "next_n")}, split,
                  config.split_warps),
