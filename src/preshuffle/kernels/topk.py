@@ -2,12 +2,12 @@
 
 Two paths, chosen by the logits' width (``TopKConfig.row_tile``):
 
-* **row** (rows of at most ``row_tile`` positions): one program holds one row's visible prefix in registers. It maps
-  every logit to an order key, finds the row's k-th largest key by bisection over counts, and writes the positions
-  that win. Bisection first runs over the top ``search_bits`` bits of a 16-bit key (the logit rounded to fp16,
-  whose 10 mantissa bits separate typical logits finely): that leaves a bucket of candidates, which are copied
-  aside (``candidates`` of them at most) and bisected on their full fp32 key. A bucket larger than that is
-  bisected on the whole tile, in registers, so every input takes a correct path.
+* **row** (rows of at most ``row_tile`` positions): one program a row. It loads the row's visible prefix once, keeps
+  the top ``search_bits`` bits of each logit's 16-bit key (the logit rounded to fp16, whose 10 mantissa bits separate
+  typical logits finely) in registers, and bisects them by counts to the bucket of the k-th largest. It then reads
+  the row again a chunk at a time, writing the positions above that bucket and copying the bucket's positions aside
+  (``candidates`` of them at most), whose fp32 keys a second bisection settles. A bucket larger than the list is
+  bisected where it lies, a chunk at a time, so every input takes a correct path.
 * **split** (longer rows): the row is cut into segments of ``segment`` positions, each its own program, so one long
   row fills the GPU. Four launches: a histogram of each segment's 16-bit keys (top ``hist_bits`` bits); one program a
   row that sums them, finds the bucket of the k-th largest and each segment's offsets; each segment writes its
