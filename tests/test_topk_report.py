@@ -13,7 +13,7 @@ def test_summary_compares_our_fastest_launch_with_vllms_best_kernel(topk_record)
     assert (first["vllm_best_us"], first["vllm_best"], first["decode_topk_us"]) == (26.0, "vllm cooperative_topk", 26.0)
     assert first["ours_over_vllm_best"] == pytest.approx(10 / 26)
     assert first["step_speedup"] == pytest.approx(40 / 21) and first["topk_share"] == pytest.approx(10 / 21)
-    assert first["torch_us"] is None and first["every_selection_checked"]
+    assert first["torch_us"] is None and first["bf16_us"] == 7.0 and first["every_selection_checked"]
     assert second["vllm_best"] == "vllm persistent_topk" and second["step_us"] is None
     assert second["step_speedup"] is None
 

@@ -28,14 +28,18 @@ def load(path: str | Path = RESULTS_FILE) -> dict | None:
         return json.load(f)
 
 
+BF16 = "ours on bf16 logits"
+
+
 def _ours(shape_record: dict) -> list[dict]:
-    return [r for r in shape_record["rows"] if r["impl"] not in VLLM_KERNELS + ("vllm decode_topk", "torch.topk")]
+    """Our launches on the fp32 logits (each names the path it took)."""
+    return [r for r in shape_record["rows"] if "path" in r]
 
 
 def summary(record: dict) -> list[dict]:
-    """One row per shape: the logits kernel, our fastest launch (and the default one), vLLM's dispatch and the best
-    of its three kernels, torch.topk, and the whole step, ours beside DeepGEMM + vLLM's dispatch (None where the run
-    did not measure it)."""
+    """One row per shape: the logits kernel, our fastest launch (and the default one, and the default one on bf16
+    logits), vLLM's dispatch and the best of its three kernels, torch.topk, and the whole step, ours beside DeepGEMM +
+    vLLM's dispatch (None where the run did not measure it)."""
     out = []
     for s in record["shapes"]:
         us = {r["impl"]: r.get("us") for r in s["rows"]}
@@ -48,7 +52,7 @@ def summary(record: dict) -> list[dict]:
                "ours_us": best and best["us"], "ours_launch": best and best["impl"],
                "ours_path": best and best.get("path"),
                "ours_default_us": us.get(s.get("default_config")) if s.get("default_config") else None,
-               "decode_topk_us": us.get("vllm decode_topk"), "vllm_best_us": vllm_best[0],
+               "bf16_us": us.get(BF16), "decode_topk_us": us.get("vllm decode_topk"), "vllm_best_us": vllm_best[0],
                "vllm_best": vllm_best[1], "torch_us": us.get("torch.topk"),
                "step_us": steps.get(OUR_STEP), "deepgemm_step_us": steps.get(DEEPGEMM_STEP),
                "every_selection_checked": all(r.get("valid_rows") == 1.0 for r in s["rows"] if "us" in r)}
