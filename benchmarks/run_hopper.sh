@@ -19,8 +19,8 @@
 # tests (every test, the compiled kernels' among them), nbval (every notebook), sweep (the Hopper kernel's launch
 # sweep the launch rule came from), page-read (the page-read floor beside the kernel), host-time (an unchecked call's
 # host time), ncu (where the Hopper kernel's warps wait, per SASS instruction, at next_n = 2 and 1; needs Nsight
-# Compute), topk (the indexer's top-k beside vLLM's kernels and the whole step beside DeepGEMM + vLLM's: vLLM's
-# top-k kernels built from their standalone copy in .anchor/vllm_topk, benchmarks/topk_gpu.py).
+# Compute), topk (the indexer's top-k beside vLLM's kernels and the whole step beside DeepGEMM + vLLM's,
+# benchmarks/topk_gpu.py; VLLM_TOPK names a standalone build of vLLM's top-k kernels, a folder with build.py).
 set -uo pipefail
 out=${1:?usage: run_hopper.sh OUTDIR STEP...}
 shift
@@ -45,7 +45,8 @@ for step; do
              '{"precision": "exact", "row_warpgroups": true}' 2>&1 | tail -24 ;;
     page-read) $python benchmarks/page_read.py "$out/h200-page-read.json" 2>&1 | tail -30 ;;
     host-time) $python benchmarks/host_time.py "$out/h200-host-time.json" 2>&1 | tail -3 ;;
-    topk) $python benchmarks/topk_gpu.py "$out/h200-topk.json" 2>&1 | tail -12 ;;
+    topk) $python benchmarks/topk_gpu.py "$out/h200-topk.json" ${VLLM_TOPK:+--vllm-topk "$VLLM_TOPK"} 2>&1 \
+            | tail -12 ;;
     ncu) for shape in "256 2 65536" "256 1 8192"; do
            tag=${shape// /-}
            ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel --set full \
