@@ -396,6 +396,10 @@ def test_ladder_of_chapter_3_gives_every_step_its_time_per_logit():
     steps = report.ladder(record, Shape(2, 1, 100), chapter=3)
     assert [s["ns_per_logit"] for s in steps] == [2e6, 40.0]
     assert [s["step"] for s in report.ladder(record, Shape(2, 1, 100))] == ["chapter 3's kernel (exact)"]
+    step = report.format_step({Shape(2, 1, 100): steps}, "a program walks its row in chunks")
+    assert "40 ns a logit" in step and "50000.00x as fast as the step before" in step  # per logit, not per call
+    assert "(the first 100 positions of one sequence)" in report.format_step({Shape(2, 1, 100): steps},
+                                                                             "scalar loops (Python)")
     text = report.format_ladder(steps)
     assert text.splitlines()[1].split()[-4] == "200000.0*" and text.endswith("* on the first 100 positions of one sequence")
 
@@ -407,6 +411,7 @@ def test_format_step_gives_a_rungs_time_and_its_gain_over_the_rung_before(record
     lines = text.splitlines()
     assert len(lines) == 2 and lines[0].startswith("B=64 next_n=1 ctx=8192")
     assert f"{second['us']:.1f} us" in lines[0] and f"{first['us'] / second['us']:.2f}x as fast" in lines[0]
+    assert f"{second['ns_per_logit']:.3g} ns a logit" in lines[0]
     assert "as fast" not in report.format_step(ladders, first["step"])
     with pytest.raises(ValueError, match="step 'no such step' is not in the ladder of B=64"):
         report.format_step(ladders, "no such step")

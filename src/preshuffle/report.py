@@ -99,8 +99,9 @@ def ladder(record: dict, shape: Shape, chapter: int = 5) -> list[dict]:
 
 
 def format_step(ladders: dict[Shape, list[dict]], step: str) -> str:
-    """One rung of a ladder (``{shape: report.ladder(...)}``) on each shape: its time, its share of the copy ceiling
-    and its speed over the rung before."""
+    """One rung of a ladder (``{shape: report.ladder(...)}``) on each shape: its time, its time per visible logit,
+    its share of the copy ceiling and its speed over the rung before (per logit, so that a rung timed on part of the
+    shape compares too)."""
     lines = []
     for shape, steps in ladders.items():
         names = [s["step"] for s in steps]
@@ -108,9 +109,11 @@ def format_step(ladders: dict[Shape, list[dict]], step: str) -> str:
             raise ValueError(f"step {step!r} is not in the ladder of {shape.label}: {names}")
         i = names.index(step)
         here = steps[i]
-        line = f"{shape.label:26s} {here['us']:8.1f} us, {here['pct_copy']:4.1f}% of the copy ceiling"
+        where = f" (the first {here['positions']} positions of one sequence)" if here["positions"] else ""
+        line = (f"{shape.label:26s} {here['us']:8.1f} us{where}, {here['ns_per_logit']:.3g} ns a logit, "
+                f"{here['pct_copy']:.3g}% of the copy ceiling")
         if i:
-            line += f", {steps[i - 1]['us'] / here['us']:.2f}x as fast as the step before"
+            line += f", {steps[i - 1]['ns_per_logit'] / here['ns_per_logit']:.2f}x as fast as the step before"
         lines.append(line)
     return "\n".join(lines)
 
