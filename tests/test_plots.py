@@ -238,3 +238,13 @@ def test_topk_plots_draw_the_runs_numbers(topk_record):
     t, trace = topk_steps.bisect(keys, 40)
     fig = plots.bisection_plot({"fp32 keys": trace}, {"fp32 keys": 40})
     assert list(fig.axes[0].lines[0].get_ydata()) == [s["count"] for s in trace]
+
+
+def test_ladder_plot_draws_a_bar_per_step_on_a_log_axis():
+    steps = [{"step": "loops", "ns_per_logit": 2e6}, {"step": "kernel", "ns_per_logit": 0.05}]
+    fig = plots.ladder_plot({"B=64": steps, "B=4096": steps[1:]}, "a ladder")
+    left, right = fig.axes
+    labels = {t.get_text(): t.get_position()[1] for t in left.get_yticklabels()}
+    assert left.get_xscale() == "log" and labels["loops"] > labels["kernel"]  # the first step on top
+    assert len(left.patches) == 2 and len(right.patches) == 1
+    assert [p.get_width() for p in left.patches] == [2e6, 0.05]

@@ -248,6 +248,25 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
     return fig
 
 
+def ladder_plot(ladders: dict[str, list[dict]], title: str):
+    """A ladder's time per visible logit, one bar per step on a log scale, one panel per shape (rows of
+    report.ladder): steps that span orders of magnitude, the scalar loops to a tuned kernel, on one axis."""
+    fig, axes = plt.subplots(1, len(ladders), figsize=WIDE, sharey=False)
+    for ax, (label, steps) in zip(np.atleast_1d(axes), ladders.items()):
+        y = np.arange(len(steps))[::-1]
+        ax.barh(y, [s["ns_per_logit"] for s in steps], color="tab:blue")
+        for yi, s in zip(y, steps):
+            ax.text(s["ns_per_logit"] * 1.15, yi, f"{s['ns_per_logit']:.3g}", va="center", fontsize=7)
+        ax.set_xscale("log")
+        ax.set_yticks(y, [s["step"] for s in steps], fontsize=7)
+        ax.set_xlim(right=max(s["ns_per_logit"] for s in steps) * 20)
+        ax.set_xlabel("ns per visible logit (log scale)")
+        ax.set_title(label, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def png_bytes(fig, dpi: int = DPI) -> bytes:
     """The figure as PNG bytes, reproducibly: fixed dpi and no software tag, so two processes agree byte for byte."""
     buffer = io.BytesIO()
