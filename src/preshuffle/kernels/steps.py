@@ -223,6 +223,9 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
     (the ladder's version 1); ``keys_as_a``, ``scale_after_sum`` and ``scales_ahead`` are version 2's ideas."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
     _check_queries("the teaching kernel", q, p.heads, p.head_dim, kv_cache=kv_cache)
+    for name, value in (("keys_as_a", keys_as_a), ("scale_after_sum", scale_after_sum), ("scales_ahead", scales_ahead)):
+        if not isinstance(value, bool):  # a constexpr: "no" would switch the idea on
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     config = config or default_config(p.batch, max_model_len)
     if config.dot != "fp16":
         raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")
