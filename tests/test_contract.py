@@ -5,6 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from preshuffle import device
 from preshuffle.cache import read_slots
 from preshuffle.contract import (bad_scale_positions, byte_span, cache_scales, check_inputs, check_output_options,
                                  output_tensor, refuse_overlap, unreadable_positions, valid_scales)
@@ -14,7 +15,7 @@ from preshuffle.kernels.steps import chunked_logits, per_block_grid_logits, port
 from preshuffle.reference import (fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch,
                                   logits_magnitude, reference_and_magnitude)
 from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale
-from preshuffle.testing.numeric import RTOL, check_unchecked_logits
+from preshuffle.testing.numeric import check_unchecked_logits, meets_contract
 
 
 @pytest.fixture
@@ -191,13 +192,18 @@ ENTRIES = {  # name -> (function, whether it checks values, what it takes)
 }
 
 
+# Caches drawn from: on a GPU fewer, since each compiles kernels of its own.
+BLOCKS = [(1, "normal"), (16, "normal"), (16, "shuffle"), (32, "normal")] if device.INTERPRETED else \
+    [(1, "normal"), (16, "shuffle")]
+
+
 @st.composite
 def poisoned_problems(draw):
-    block_size, layout = draw(st.sampled_from([(1, "normal"), (16, "normal"), (16, "shuffle"), (32, "normal")]))
+    block_size, layout = draw(st.sampled_from(BLOCKS))
     lens = draw(st.lists(st.integers(0, 40), min_size=1, max_size=3))
     next_n = draw(st.integers(1, 2))
     problem = random_problem(lens, next_n=next_n, heads=16, block_size=block_size, layout=layout,
-                             seed=draw(st.integers(0, 999)), device="cpu")
+                             seed=draw(st.integers(0, 999)), device=device.KERNEL_DEVICE)
     read = [b for b, n in enumerate(lens) if n] or [0]
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["query", "key", "weight", "scale"]))
@@ -230,7 +236,8 @@ def test_every_entry_point_holds_the_contract_for_non_finite_inputs(problem, ent
                                      problem.max_model_len).any()
     if overlap and entry.startswith("kernel"):
         shape = (problem.batch * problem.next_n, problem.max_model_len)
-        buffer = torch.zeros(problem.kv_cache.numel() + 4 * shape[0] * shape[1], dtype=torch.uint8)
+        buffer = torch.zeros(problem.kv_cache.numel() + 4 * shape[0] * shape[1], dtype=torch.uint8,
+                             device=problem.kv_cache.device)
         buffer[:problem.kv_cache.numel()] = problem.kv_cache.view(-1)
         problem = problem.replace(kv_cache=buffer[:problem.kv_cache.numel()].view(problem.kv_cache.shape))
         out = buffer[-4 * shape[0] * shape[1] - 16:-16].view(torch.float32).view(shape)
@@ -253,4 +260,7 @@ def test_every_entry_point_holds_the_contract_for_non_finite_inputs(problem, ent
         problem = problem.replace(weights=problem.weights.abs())
     verdict = check_unchecked_logits(out.float(), problem, problem.context_lens, problem.block_tables)
     assert verdict["nan_exact"], verdict
-    assert verdict["same_inf_pattern"] and verdict["max_rel_error"] <= RTOL, verdict
+    # The kernels run their default precision (fp8 on a GPU with fp8 MMAs); the references and steps are exact.
+    precision = "exact" if device.INTERPRETED or not entry.startswith("kernel") else \
+        device.current_support().default_precision
+    assert meets_contract(verdict, precision), verdict

@@ -277,44 +277,50 @@ def small():
     return random_problem([40, 0, 75], next_n=2, heads=16, block_size=16, seed=3, device=DEV)
 
 
-def contract_precision() -> str:
-    return "exact" if device.INTERPRETED else device.current_support().default_precision
+def contract_of(precision: str) -> str:
+    """The accuracy contract a call at ``precision`` is held to here: the exact one under the interpreter, which
+    computes both exactly."""
+    return "exact" if device.INTERPRETED else precision
 
 
 @pytest.mark.parametrize("check_values", [True, False])
+@pytest.mark.parametrize("precision", ["exact", "fp8"])
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("poison", ["query", "key"])
-def test_fp8_paged_mqa_logits_gives_nan_wherever_a_nan_in_q_or_a_key_enters(small, kernel, check_values, poison):
+def test_fp8_paged_mqa_logits_gives_nan_wherever_a_nan_in_q_or_a_key_enters(small, kernel, precision, check_values,
+                                                                          poison):
     # The relu kept no NaN (maximum(nan, 0) was 0 on a GPU; the interpreter decoded e4m3 NaN as 480).
     poisoned = with_nan_query(small, 2, 1, 5, 17) if poison == "query" else with_nan_key(small, 2, 30, 17)
-    out = poisoned.call(fp8_paged_mqa_logits, config=KERNELS[kernel], check_values=check_values)
+    out = poisoned.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision, check_values=check_values)
     verdict = check_unchecked_logits(out, poisoned, poisoned.context_lens, poisoned.block_tables)
     expected_nan = 75 if poison == "query" else 2   # row 5 sees 75 positions; position 30 is seen by both rows
     assert verdict["nan_exact"] and verdict["nan"] == expected_nan, verdict
-    assert meets_contract(verdict, contract_precision()), verdict
+    assert meets_contract(verdict, contract_of(precision)), verdict
 
 
 @pytest.mark.parametrize("scale", BAD_SCALES)
+@pytest.mark.parametrize("precision", ["exact", "fp8"])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_fp8_paged_mqa_logits_refuses_a_bad_scale_checked_and_gives_nan_unchecked(small, kernel, scale):
+def test_fp8_paged_mqa_logits_refuses_a_bad_scale_checked_and_gives_nan_unchecked(small, kernel, precision, scale):
     # Unchecked before, the kernels factored the scale out of the relu: -1 gave finite wrong logits, inf gave inf.
     bad = with_scale(small, 2, 50, scale)
     block, token = key_record(bad, 2, 50)
     before = bad.kv_cache.clone()
     with pytest.raises(ValueError, match=rf"^kv_cache holds scale {re.escape(str(scale))} at block {block}, token "
                                          rf"{token} \(position 50 of sequence 2\): scales must be finite and positive$"):
-        bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel])
+        bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision)
     assert torch.equal(bad.kv_cache, before)
-    out = bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel], check_values=False)
+    out = bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision, check_values=False)
     verdict = check_unchecked_logits(out, bad, bad.context_lens, bad.block_tables)
     assert verdict["nan_exact"] and verdict["nan"] == 2, verdict
-    assert meets_contract(verdict, contract_precision()), verdict
+    assert meets_contract(verdict, contract_of(precision)), verdict
 
 
 def test_fp8_paged_mqa_logits_reads_no_scale_past_the_context(small):
     # The unwritten token after a context's last (scale 0 in a zeroed cache) is not read: no refusal, no NaN.
     unread = with_scale(small, 2, 75, -1.0)
-    assert meets_contract(check_logits(unread.call(fp8_paged_mqa_logits), unread), contract_precision())
+    precision = device.current_support().default_precision
+    assert meets_contract(check_logits(unread.call(fp8_paged_mqa_logits), unread), contract_of(precision))
 
 
 def overlapping(problem, name: str) -> tuple:

@@ -151,8 +151,8 @@ def test_the_references_give_nan_wherever_a_nan_in_q_or_a_key_enters(small, name
 def test_the_reference_counts_its_float64_outputs_against_memory(small):
     # The guard counted fp32 logits while the reference allocates float64 ones (two with its magnitudes).
     rows = small.batch * small.next_n
-    too_long = memory_bytes(torch.device("cpu")) // (8 * rows) + 1
-    assert too_long * 4 * rows <= memory_bytes(torch.device("cpu"))   # fp32 logits would fit
+    too_long = memory_bytes(small.q.device) // (8 * rows) + 1
+    assert too_long * 4 * rows <= memory_bytes(small.q.device)   # fp32 logits would fit
     with pytest.raises(ValueError, match=rf"^max_model_len {too_long} asks for {rows} rows of {too_long} float64 "
                                          r"logits"):
         small.replace(max_model_len=too_long).call(fp8_paged_mqa_logits_ref)
