@@ -194,7 +194,7 @@ ENTRIES = {  # name -> (function, whether it checks values, what it takes)
 
 # Caches drawn from: on a GPU fewer, since each compiles kernels of its own.
 BLOCKS = [(1, "normal"), (16, "normal"), (16, "shuffle"), (32, "normal")] if device.INTERPRETED else \
-    [(1, "normal"), (16, "shuffle")]
+    [(1, "normal"), (16, "normal"), (16, "shuffle")]
 
 
 @st.composite
