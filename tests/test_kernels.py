@@ -307,7 +307,8 @@ def test_fp8_paged_mqa_logits_refuses_a_bad_scale_checked_and_gives_nan_unchecke
     block, token = key_record(bad, 2, 50)
     before = bad.kv_cache.clone()
     with pytest.raises(ValueError, match=rf"^kv_cache holds scale {re.escape(str(scale))} at block {block}, token "
-                                         rf"{token} \(position 50 of sequence 2\): scales must be finite and positive$"):
+                                         rf"{token} \(position 50 of sequence 2\): scales must be finite and "
+                                         r"positive$"):
         bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision)
     assert torch.equal(bad.kv_cache, before)
     out = bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision, check_values=False)

@@ -331,7 +331,8 @@ def test_map_to_kernel_blocks_refuses_ids_that_overflow():
                                                          ([2**63 // 16], [0], 16)])
 def test_slot_mapping_refuses_block_ids_whose_slots_overflow(table, positions, block_size):
     # Unchecked, 2**60 * 16 wraps to 0: position 3 read slot 3 of block 0.
-    with pytest.raises(ValueError, match=r"block_table holds block id \d+: times block_size 16 it would overflow int64"):
+    with pytest.raises(ValueError, match=r"block_table holds block id \d+: times block_size 16 it would overflow "
+                                         r"int64"):
         neg.slot_mapping(table, positions, block_size)
 
 

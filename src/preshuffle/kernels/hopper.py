@@ -249,7 +249,9 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
     lay: gl.constexpr = logits.type.layout
     pos = first + gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, lay))
     js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
-    # s > 0, so relu(s * x) = s * relu(x): one multiply per position, after the head sum.
+    # s > 0, so relu(s * x) = s * relu(x): one multiply per position, after the head sum. Any other scale is NaN
+    # here, so that its logits are NaN rather than finite and wrong.
+    scale = gl.where((scale > 0.0) & (scale < float("inf")), scale, float("nan"))
     logits = logits * gl.convert_layout(scale, gl.SliceLayout(1, lay))[:, None]
     if CTX_2D:
         visible = gl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)
@@ -330,8 +332,6 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
         if GATHER:  # cp.async wrote the stage through the generic proxy; WGMMA reads it through the async one
             fence_async_shared()
         scale = _scales(sc_smem, s, rows, TOK)
-        # The scale leaves the relu (_store_chunk), which is right for s > 0 only: any other scale makes its logits NaN.
-        scale = gl.where((scale > 0.0) & (scale < float("inf")), scale, float("nan"))
         a = _keys(kv_smem.index(s), a8, a16, SHUFFLED, EXACT)
         for g in gl.static_range(NG):
             acc = warpgroup_mma(a, q_smem.slice(g * N, N).permute((1, 0)), zero, use_acc=False, is_async=True)
