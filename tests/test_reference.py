@@ -6,7 +6,7 @@ from preshuffle.reference import (
     fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch, logits_magnitude,
     reference_and_magnitude,
 )
-from preshuffle.device import memory_bytes
+from preshuffle import contract
 from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale
 from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_unchecked_logits, compare_logits
 
@@ -148,11 +148,13 @@ def test_the_references_give_nan_wherever_a_nan_in_q_or_a_key_enters(small, name
             assert not nan[:, 40:].any() and torch.isfinite(out[~nan.any(dim=1)][:, :20]).any()
 
 
-def test_the_reference_counts_its_float64_outputs_against_memory(small):
-    # The guard counted fp32 logits while the reference allocates float64 ones (two with its magnitudes).
+def test_the_reference_counts_its_float64_outputs_against_memory(small, monkeypatch):
+    # The guard counted fp32 logits while the reference allocates float64 ones (two with its magnitudes). A device
+    # of 64 MiB here, so that a guard that lets the call through allocates little.
+    monkeypatch.setattr(contract, "memory_bytes", lambda dev: 64 << 20)
     rows = small.batch * small.next_n
-    too_long = memory_bytes(small.q.device) // (8 * rows) + 1
-    assert too_long * 4 * rows <= memory_bytes(small.q.device)   # fp32 logits would fit
+    too_long = (64 << 20) // (8 * rows) + 1
+    assert too_long * 4 * rows <= 64 << 20   # fp32 logits would fit
     with pytest.raises(ValueError, match=rf"^max_model_len {too_long} asks for {rows} rows of {too_long} float64 "
                                          r"logits"):
         small.replace(max_model_len=too_long).call(fp8_paged_mqa_logits_ref)
