@@ -39,7 +39,7 @@ from preshuffle.shapes import Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import benchmark_problem
 
-BASE = "89c2602"  # the kernels before the contract
+BASE = "46cc270"  # the kernels before the contract
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = 170
 TESTS = ["tests/test_kernels.py", "tests/test_kernels_steps.py", "tests/test_reference.py"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from preshuffle import device
+from preshuffle import deepgemm_compat, device
 from preshuffle.cache import read_slots
 from preshuffle.contract import (bad_scale_positions, byte_span, cache_scales, check_inputs, check_output_options,
                                  output_tensor, refuse_overlap, unreadable_positions, valid_scales)
@@ -189,7 +189,19 @@ ENTRIES = {  # name -> (function, whether it checks values, what it takes)
     "step 2": (lambda p: p.call(per_block_grid_logits), True, "step 2"),
     "chunked": (lambda p: p.call(chunked_logits, keys_as_a=True, scale_after_sum=True), True, "any"),
     "portable steps": (lambda p: p.call(portable_logits), True, "any"),
+    "deepgemm_compat": (lambda p: deepgemm_api(p, False), False, "any"),
+    "deepgemm_compat checked": (lambda p: deepgemm_api(p, True), True, "any"),
 }
+
+
+def deepgemm_api(p, check_values: bool):
+    """DeepGEMM's call on the package's kernels, every position written (its default leaves the masked ones)."""
+    schedule = deepgemm_compat.get_paged_mqa_logits_metadata(p.context_lens, p.block_size,
+                                                             deepgemm_compat.get_num_sms())
+    precision = device.current_support().default_precision
+    return deepgemm_compat.fp8_fp4_paged_mqa_logits((p.q, None), p.kv_cache, p.weights, p.context_lens,
+                                                    p.block_tables, schedule, p.max_model_len, clean_logits=True,
+                                                    layout=p.layout, precision=precision, check_values=check_values)
 
 
 # Caches drawn from: on a GPU fewer, since each compiles kernels of its own.
@@ -234,7 +246,7 @@ def test_every_entry_point_holds_the_contract_for_non_finite_inputs(problem, ent
     refused = None
     bad_scales = bad_scale_positions(problem.kv_cache, problem.context_lens, problem.block_tables, problem.next_n,
                                      problem.max_model_len).any()
-    if overlap and entry.startswith("kernel"):
+    if overlap and entry.startswith("kernel"):  # (the DeepGEMM call makes its own output)
         shape = (problem.batch * problem.next_n, problem.max_model_len)
         buffer = torch.zeros(problem.kv_cache.numel() + 4 * shape[0] * shape[1], dtype=torch.uint8,
                              device=problem.kv_cache.device)
@@ -261,6 +273,6 @@ def test_every_entry_point_holds_the_contract_for_non_finite_inputs(problem, ent
     verdict = check_unchecked_logits(out.float(), problem, problem.context_lens, problem.block_tables)
     assert verdict["nan_exact"], verdict
     # The kernels run their default precision (fp8 on a GPU with fp8 MMAs); the references and steps are exact.
-    precision = "exact" if device.INTERPRETED or not entry.startswith("kernel") else \
+    precision = "exact" if device.INTERPRETED or not entry.startswith(("kernel", "deepgemm")) else \
         device.current_support().default_precision
     assert meets_contract(verdict, precision), verdict

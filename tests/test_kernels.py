@@ -186,7 +186,8 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     def keep():  # what the entry point stores once an unchecked call has compiled its launch
         guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
         kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = \
-            kernels._Kept(guard, kept, torch.zeros(()).expand(problem.batch * problem.next_n, max_model_len),
+            kernels._Kept(guard, kept, torch.zeros((), device=DEV).expand(problem.batch * problem.next_n,
+                                                                          max_model_len),
                           max_model_len, kv_cache, (q, weights, context_lens, block_tables))
 
     keep()
@@ -234,7 +235,8 @@ def test_an_option_that_only_compares_equal_to_a_bool_finds_no_kept_launch(probl
     guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
     output = torch.zeros((), device=DEV).expand(problem.batch * problem.next_n, max_model_len)
     kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None, True)] = \
-        kernels._Kept(guard, lambda *addresses: launched.append(addresses), output, max_model_len)
+        kernels._Kept(guard, lambda *addresses: launched.append(addresses), output, max_model_len, kv_cache,
+                      (q, weights, context_lens, block_tables))
     assert problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False) is not None and launched
     with pytest.raises(TypeError, match="clean_logits must be a bool, got int 1"):
         problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, clean_logits=1)
@@ -365,8 +367,8 @@ def test_a_kept_launch_takes_no_out_over_an_input(small, monkeypatch):
         launched = []
         guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
         kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, "normal", None, None)] = kernels._Kept(
-            guard, lambda *addresses: launched.append(addresses), torch.zeros(()).expand(over.shape), kv_cache,
-            (q, weights, context_lens, block_tables))
+            guard, lambda *addresses: launched.append(addresses), torch.zeros((), device=DEV).expand(over.shape),
+            over.stride(0), kv_cache, (q, weights, context_lens, block_tables))
         own = torch.empty_like(over)
         assert problem.call(fp8_paged_mqa_logits, check_values=False, out=own) is own
         assert launched[-1][-1] == own.data_ptr()

@@ -155,8 +155,9 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     Non-finite and non-positive inputs (docs/input-contract.md): a NaN in q, the cache's fp8 values or the weights
     gives NaN at every logit it enters; a scale that is not finite and positive at a position a row reads is refused
     by a checked call (naming its block and token) and gives NaN at that position unchecked."""
-    # A key compares 1 equal to True: an option that is not a bool takes the checks, which refuse it.
-    keep = not check_values and TensorGuards is not None and (clean_logits is True or clean_logits is False)
+    # A key compares 1 equal to True: an option that is not a bool takes the checks, which refuse it (so does a
+    # check_values of 0, which would otherwise skip them).
+    keep = check_values is False and TensorGuards is not None and (clean_logits is True or clean_logits is False)
     if keep:
         try:  # the caller's arguments, unchecked
             key = _launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits, logits_dtype)
