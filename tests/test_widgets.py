@@ -216,6 +216,10 @@ def test_show_lane_vector_refuses_a_token_outside_the_block(shown, token):
     (widgets.workload_explorer, dict(avg_ctx=8192.0), r"^avg_ctx must be one of \[1024, .*\], got 8192.0$"),
     (widgets.workload_explorer, dict(variant=(8, "normal")), r"^variant must be one of .*, got \(8, 'normal'\)$"),
     (widgets.workload_explorer, dict(precision="fp16"), r"^precision must be one of \['exact', 'fp8'\], got 'fp16'$"),
+    (widgets.decode_step_explorer, dict(batch=3), r"^batch must be one of \[1, 2, 4, .*\], got 3$"),
+    (widgets.decode_step_explorer, dict(context=5000), r"^context must be one of \[4096, .*\], got 5000$"),
+    (widgets.decode_step_explorer, dict(setup="GLM-5"), r"^setup must be one of \['GLM-5.2, 4x MI355X', .*\], got "
+                                                        r"'GLM-5'$"),
 ])
 def test_explorers_name_a_bad_starting_value(shown, explorer, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -286,6 +286,9 @@ def decode_step_explorer(batch: int = 4, context: int = 2 ** 16, setup: str = ne
                          record: dict | None = None):
     """Batch and context sliders and a setup toggle over the decode-step model, with the committed top-k run
     (``record``, None where none is committed) beside it."""
+    for value, options, name in ((batch, STEP_BATCHES, "batch"), (context, [v for _, v in STEP_CONTEXTS], "context"),
+                                 (setup, list(STEP_SETUPS), "setup")):
+        _choice(value, options, name)
     return Explorer(
         show_decode_step,
         batch=widgets.SelectionSlider(options=STEP_BATCHES, value=batch, description="batch", continuous_update=False),
