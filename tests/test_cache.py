@@ -55,6 +55,14 @@ def test_token_scales_bad_arguments(kwargs, exc, message):
         token_scales(**{"amax": torch.tensor([1.0]), **kwargs})
 
 
+@pytest.mark.parametrize("amax, shown", [([1.0, -3.0], "-3.0 at index 1"), ([float("nan")], "nan at index 0"),
+                                          ([float("inf"), 2.0], "inf at index 0")])
+def test_token_scales_refuses_an_amax_that_is_no_largest_magnitude(amax, shown):
+    # Unchecked, clamp(min=1e-4) turned -3 and NaN into the floor's scale, inf into an infinite one.
+    with pytest.raises(ValueError, match=f"amax must be finite and >= 0 .*, got {shown}"):
+        token_scales(torch.tensor(amax))
+
+
 @given(st.integers(0, 2**16), st.sampled_from([None, "ue8m0"]), st.sampled_from([torch.float32, torch.bfloat16]))
 def test_quantize_k_error_is_bounded(seed, fmt, dtype):
     g = torch.Generator().manual_seed(seed)
@@ -292,6 +300,24 @@ def test_read_slots_bad_slots(slots, exc, message):
 def test_read_slots_refuses_a_meta_cache():
     with pytest.raises(ValueError, match="kv_cache is on meta"):
         read_slots(allocate_k_cache(2, 16, device="meta"), torch.tensor([1]))
+
+
+@pytest.mark.parametrize("block_id", [2**62, 2**59 + 1])
+def test_sequence_slots_and_gather_k_cache_refuse_block_ids_whose_slots_overflow(block_id):
+    # Unchecked, 2**62 * 16 wrapped to slot 0: gather_k_cache returned block 0's bytes.
+    table = torch.tensor([1, block_id])
+    with pytest.raises(ValueError, match=f"block_table holds block id {block_id}: times block_size 16 it would "
+                                         "overflow int64"):
+        sequence_slots(table, 20, 16)
+    with pytest.raises(ValueError, match=f"block_table holds block id {block_id}: times block_size 16"):
+        gather_k_cache(allocate_k_cache(2, 16), table, 20)
+
+
+def test_gather_k_cache_names_the_block_id_outside_the_cache():
+    with pytest.raises(ValueError, match=r"^block_table holds block id 7 at index 1, outside the cache's 2 blocks, in "
+                                         r"the first 20 positions$"):
+        gather_k_cache(allocate_k_cache(2, 16), torch.tensor([1, 7, 9]), 20)
+    assert gather_k_cache(allocate_k_cache(2, 16), torch.tensor([1, 7]), 16)[1].shape == (16,)  # 7 is not read
 
 
 @pytest.mark.parametrize("num_tokens, exc, message", [

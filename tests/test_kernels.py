@@ -1,5 +1,7 @@
 """The kernels' entry point: precision, which kernel runs where, and the unchecked fast path."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -8,8 +10,10 @@ from hypothesis import example, given, settings, strategies as st
 from preshuffle import device, kernels
 from preshuffle.contract import kv_lengths
 from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
-from preshuffle.testing.inputs import misaligned_copy, random_problem
-from preshuffle.testing.numeric import assert_bitwise_equal, check_logits, meets_contract
+from preshuffle.reference import fp8_paged_mqa_logits_ref
+from preshuffle.testing.inputs import (key_record, misaligned_copy, random_problem, with_nan_key, with_nan_query,
+                                       with_scale)
+from preshuffle.testing.numeric import assert_bitwise_equal, check_logits, check_unchecked_logits, meets_contract
 
 DEV = device.KERNEL_DEVICE
 
@@ -182,7 +186,9 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     def keep():  # what the entry point stores once an unchecked call has compiled its launch
         guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
         kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = \
-            kernels._Kept(guard, kept, None, max_model_len)
+            kernels._Kept(guard, kept, torch.zeros((), device=DEV).expand(problem.batch * problem.next_n,
+                                                                          max_model_len),
+                          max_model_len, kv_cache, (q, weights, context_lens, block_tables))
 
     keep()
 
@@ -229,7 +235,8 @@ def test_an_option_that_only_compares_equal_to_a_bool_finds_no_kept_launch(probl
     guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
     output = torch.zeros((), device=DEV).expand(problem.batch * problem.next_n, max_model_len)
     kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None, True)] = \
-        kernels._Kept(guard, lambda *addresses: launched.append(addresses), output, max_model_len)
+        kernels._Kept(guard, lambda *addresses: launched.append(addresses), output, max_model_len, kv_cache,
+                      (q, weights, context_lens, block_tables))
     assert problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False) is not None and launched
     with pytest.raises(TypeError, match="clean_logits must be a bool, got int 1"):
         problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, clean_logits=1)
@@ -259,3 +266,139 @@ def test_fp8_paged_mqa_logits_refuses_a_max_model_len_whose_output_cannot_fit(pr
     too_long = device.memory_bytes(problem.q.device) // (4 * problem.batch * problem.next_n) + 1
     with pytest.raises(ValueError, match=rf"max_model_len {too_long} asks for 4 rows of {too_long} fp32 logits"):
         problem.replace(max_model_len=too_long).call(fp8_paged_mqa_logits, check_values=check_values)
+
+
+# The contract for non-finite and non-positive inputs (docs/input-contract.md), on whichever kernel this process
+# runs by default (the Hopper kernel on sm90) and on the portable one.
+KERNELS = {"default": None, "portable": LaunchConfig()}
+BAD_SCALES = [-1.0, -0.0, 0.0, float("nan"), float("inf"), float("-inf")]
+
+
+@pytest.fixture
+def small():
+    return random_problem([40, 0, 75], next_n=2, heads=16, block_size=16, seed=3, device=DEV)
+
+
+def contract_of(precision: str) -> str:
+    """The accuracy contract a call at ``precision`` is held to here: the exact one under the interpreter, which
+    computes both exactly."""
+    return "exact" if device.INTERPRETED else precision
+
+
+@pytest.mark.parametrize("check_values", [True, False])
+@pytest.mark.parametrize("precision", ["exact", "fp8"])
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("poison", ["query", "key"])
+def test_fp8_paged_mqa_logits_gives_nan_wherever_a_nan_in_q_or_a_key_enters(small, kernel, precision, check_values,
+                                                                          poison):
+    # The relu kept no NaN (maximum(nan, 0) was 0 on a GPU; the interpreter decoded e4m3 NaN as 480).
+    poisoned = with_nan_query(small, 2, 1, 5, 17) if poison == "query" else with_nan_key(small, 2, 30, 17)
+    out = poisoned.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision, check_values=check_values)
+    verdict = check_unchecked_logits(out, poisoned, poisoned.context_lens, poisoned.block_tables)
+    expected_nan = 75 if poison == "query" else 2   # row 5 sees 75 positions; position 30 is seen by both rows
+    assert verdict["nan_exact"] and verdict["nan"] == expected_nan, verdict
+    assert meets_contract(verdict, contract_of(precision)), verdict
+
+
+@pytest.mark.parametrize("scale", BAD_SCALES)
+@pytest.mark.parametrize("precision", ["exact", "fp8"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_fp8_paged_mqa_logits_refuses_a_bad_scale_checked_and_gives_nan_unchecked(small, kernel, precision, scale):
+    # Unchecked before, the kernels factored the scale out of the relu: -1 gave finite wrong logits, inf gave inf.
+    bad = with_scale(small, 2, 50, scale)
+    block, token = key_record(bad, 2, 50)
+    before = bad.kv_cache.clone()
+    with pytest.raises(ValueError, match=rf"^kv_cache holds scale {re.escape(str(scale))} at block {block}, token "
+                                         rf"{token} \(position 50 of sequence 2\): scales must be finite and "
+                                         r"positive$"):
+        bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision)
+    assert torch.equal(bad.kv_cache, before)
+    out = bad.call(fp8_paged_mqa_logits, config=KERNELS[kernel], precision=precision, check_values=False)
+    verdict = check_unchecked_logits(out, bad, bad.context_lens, bad.block_tables)
+    assert verdict["nan_exact"] and verdict["nan"] == 2, verdict
+    assert meets_contract(verdict, contract_of(precision)), verdict
+
+
+def test_fp8_paged_mqa_logits_reads_no_scale_past_the_context(small):
+    # The unwritten token after a context's last (scale 0 in a zeroed cache) is not read: no refusal, no NaN.
+    unread = with_scale(small, 2, 75, -1.0)
+    precision = device.current_support().default_precision
+    assert meets_contract(check_logits(unread.call(fp8_paged_mqa_logits), unread), contract_of(precision))
+
+
+def overlapping(problem, name: str) -> tuple:
+    """``problem`` with input ``name`` moved into a buffer, and an ``out`` on the same buffer whose first bytes are
+    that input's last ones."""
+    t = getattr(problem, name)
+    nbytes = t.numel() * t.element_size()
+    rows, length = problem.batch * problem.next_n, problem.max_model_len
+    start = (nbytes - 1) // 16 * 16
+    buffer = torch.zeros(start + 4 * rows * length, dtype=torch.uint8, device=t.device)
+    buffer[:nbytes] = t.contiguous().view(-1).view(torch.uint8)
+    moved = buffer[:nbytes].view(t.dtype).view(t.shape)
+    out = buffer[start:].view(torch.float32).view(rows, length)
+    return problem.replace(**{name: moved}), out, buffer
+
+
+@pytest.mark.parametrize("check_values", [True, False])
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("name", ["kv_cache", "q", "weights", "context_lens", "block_tables"])
+def test_fp8_paged_mqa_logits_refuses_an_out_over_an_input(small, name, kernel, check_values):
+    # Unchecked before: the logits were written over the cache's bytes (or the queries', the weights', ...).
+    problem, out, buffer = overlapping(small, name)
+    expected = problem.call(fp8_paged_mqa_logits, config=KERNELS[kernel])
+    problem.call(fp8_paged_mqa_logits, config=KERNELS[kernel], check_values=check_values)  # keeps a launch (sm90)
+    before = buffer.clone()
+    with pytest.raises(ValueError, match=rf"^out overlaps {name} \(out's bytes \[0x"):
+        problem.call(fp8_paged_mqa_logits, config=KERNELS[kernel], check_values=check_values, out=out)
+    assert torch.equal(buffer, before)
+    assert_bitwise_equal(problem.call(fp8_paged_mqa_logits, config=KERNELS[kernel], check_values=check_values,
+                                      out=torch.empty_like(expected)), expected)
+
+
+@pytest.mark.skipif(kernels.TensorGuards is None, reason="this PyTorch build has no C++ tensor guard")
+def test_a_kept_launch_takes_no_out_over_an_input(small, monkeypatch):
+    """The unchecked fast path checks a given ``out`` against the spans it keeps, and leaves an overlapping one to
+    the checked path (which names the input)."""
+    monkeypatch.setattr(kernels, "_LAUNCHES", {})
+    for name in ("kv_cache", "q", "weights", "context_lens", "block_tables"):
+        problem, over, _ = overlapping(small, name)
+        q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
+        launched = []
+        guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, "normal", None, None)] = kernels._Kept(
+            guard, lambda *addresses: launched.append(addresses), torch.zeros((), device=DEV).expand(over.shape),
+            over.stride(0), kv_cache, (q, weights, context_lens, block_tables))
+        own = torch.empty_like(over)
+        assert problem.call(fp8_paged_mqa_logits, check_values=False, out=own) is own
+        assert launched[-1][-1] == own.data_ptr()
+        with pytest.raises(ValueError, match=f"^out overlaps {name} "):
+            problem.call(fp8_paged_mqa_logits, check_values=False, out=over)
+        assert len(launched) == 1, name
+
+
+def test_fp8_paged_mqa_logits_names_a_cache_off_the_word_grid(small):
+    # The reference reads a cache at any byte offset; the kernels raised a storage-offset RuntimeError inside.
+    nbytes = small.kv_cache.numel()
+    shifted = torch.zeros(nbytes + 1, dtype=torch.uint8, device=DEV)[1:]
+    shifted.copy_(small.kv_cache.view(-1))
+    problem = small.replace(kv_cache=shifted.view(small.kv_cache.shape))
+    assert meets_contract(check_logits(problem.call(fp8_paged_mqa_logits_ref).float(), small), "exact")
+    with pytest.raises(ValueError, match=r"^kv_cache must start on a (4|16)-byte boundary for the \w+ kernel, got "
+                                         r"address 0x[0-9a-f]+ \(storage offset 1 bytes\): pass kv_cache.clone\(\)$"):
+        problem.call(fp8_paged_mqa_logits)
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_fp8_paged_mqa_logits_refuses_a_check_values_that_is_no_bool(small, value):
+    # "no" was true: the checks ran, and a caller who asked for none was told nothing.
+    with pytest.raises(TypeError, match=f"^check_values must be a bool, got {type(value).__name__} {value!r}$"):
+        small.call(fp8_paged_mqa_logits, check_values=value)
+
+
+@pytest.mark.parametrize("args, name", [((-1, 0, 0, 0), "block_size"), ((16, 0, 128, 1), "heads"),
+                                        ((16, 64, 128.0, 1), "head_dim"), ((16, 64, 128, 0), "next_n")])
+def test_kernel_for_refuses_dimensions_that_are_not_positive_ints(args, name):
+    # kernel_for(-1, 0, 0, 0) answered "portable".
+    with pytest.raises((TypeError, ValueError), match=f"^{name} must be a positive int"):
+        kernel_for(*args)

@@ -21,6 +21,34 @@ def test_launch_config_validation():
         LaunchConfig(dot="tf32")
 
 
+@pytest.mark.parametrize("fields, exc, message", [
+    # Accepted before: Triton was handed -3 warps or no stage at all.
+    (dict(num_warps=-3), ValueError, "num_warps must be a positive int, got -3"),
+    (dict(num_warps=6), ValueError, r"num_warps must be a power of two in \[1, 32\], got 6"),
+    (dict(num_warps=64), ValueError, r"num_warps must be a power of two in \[1, 32\], got 64"),
+    (dict(num_stages=0), ValueError, "num_stages must be a positive int, got 0"),
+    (dict(num_stages=2.0), TypeError, "num_stages must be a positive int, got float 2.0"),
+    # A raw TypeError from `64.0 & 63` before.
+    (dict(chunk=64.0), TypeError, "chunk must be a positive int, got float 64.0"),
+    (dict(tokens_per_program=128.0), TypeError, "tokens_per_program must be a positive int, got float 128.0"),
+    (dict(tokens_per_program=-64), ValueError, "tokens_per_program must be a positive int, got -64"),
+])
+def test_launch_config_refuses_what_triton_cannot_launch(fields, exc, message):
+    with pytest.raises(exc, match=f"^{message}$"):
+        LaunchConfig(**fields)
+
+
+@pytest.mark.parametrize("fields, exc, message", [
+    (dict(tokens_per_program=128.0), TypeError, "tokens_per_program must be a positive int, got float 128.0"),
+    (dict(tokens_per_program=64, stages=4.0), TypeError, "stages must be a positive int, got float 4.0"),
+    (dict(tokens_per_program=64, maxnreg=80.0), TypeError, "maxnreg must be a positive int, got float 80.0"),
+    (dict(tokens_per_program=64, row_warpgroups="yes"), TypeError, "row_warpgroups must be a bool, got str 'yes'"),
+])
+def test_hopper_config_names_a_field_of_the_wrong_type(fields, exc, message):
+    with pytest.raises(exc, match=f"^{message}$"):
+        launch.HopperConfig(**fields)
+
+
 def _portable_sweep():
     """results/h200-portable-703f0c9.json's fp16 rows of block 64, natural layout (what the rule was tuned on:
     docs/kernel-design.md, "Split across the SMs"), by shape, each timed at 1, 2, 4, 8 and 16 programs per SM; and

@@ -5,8 +5,9 @@ from preshuffle import contract, device
 from preshuffle.kernels import LaunchConfig
 from preshuffle.kernels.steps import chunked_logits, one_block_logits, per_block_grid_logits, portable_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref, logits_magnitude
-from preshuffle.testing.inputs import random_problem
-from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_logits, compare_logits
+from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale
+from preshuffle.testing.numeric import (RTOL, assert_bitwise_equal, check_logits, check_unchecked_logits,
+                                        compare_logits)
 
 DEV = device.KERNEL_DEVICE
 
@@ -119,3 +120,41 @@ def test_portable_logits_checks_the_values_once(problem, monkeypatch):
     too_long[0] = problem.max_model_len + 1
     with pytest.raises(ValueError, match=f"max_model_len {problem.max_model_len} is smaller than the longest context"):
         problem.replace(context_lens=too_long).call(portable_logits)
+
+
+def test_one_block_logits_gives_nan_for_a_token_whose_scale_is_bad(problem):
+    # Step 1 reads every token of its block: a bad scale, or a token never written (scale 0), gave a finite logit.
+    bad = with_scale(problem, 0, 35, -1.0)
+    q, kv, w, _, bt, _ = bad.args
+    block = one_block_logits(q[0, 0], kv[bt[0, 2]], w[0])
+    ref = problem.call(fp8_paged_mqa_logits_ref)
+    nan = torch.isnan(block.cpu())
+    assert nan.nonzero().flatten().tolist() == [3, *range(8, 16)]          # token 3, and the unwritten 8..15
+    assert compare_logits(block[:8][~nan[:8]], ref[0, 32:40][~nan[:8]],
+                          problem.call(logits_magnitude)[0, 32:40][~nan[:8]])["max_rel_error"] < 1e-5
+
+
+STEPS = {"per block grid": per_block_grid_logits, "chunked": chunked_logits, "portable": portable_logits}
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_the_checked_steps_refuse_a_bad_scale(problem, step):
+    bad = with_scale(problem, 1, 9, float("inf"))
+    block, token = key_record(bad, 1, 9)
+    with pytest.raises(ValueError, match=f"^kv_cache holds scale inf at block {block}, token {token} "):
+        bad.call(STEPS[step])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_the_steps_give_nan_wherever_a_nan_in_q_or_a_key_enters(problem, step):
+    # The query row of sequence 0 sees its 40 positions; position 12 of sequence 1 is seen by its one row.
+    for poisoned, nan in ((with_nan_query(problem, 0, 0, 7, 100), 40), (with_nan_key(problem, 1, 12, 64), 1)):
+        out = poisoned.call(STEPS[step])
+        verdict = check_unchecked_logits(out, poisoned, poisoned.context_lens, poisoned.block_tables)
+        assert verdict["nan_exact"] and verdict["nan"] == nan and verdict["max_rel_error"] < 1e-5, verdict
+
+
+@pytest.mark.parametrize("switch", ["keys_as_a", "scale_after_sum", "scales_ahead"])
+def test_chunked_logits_refuses_a_switch_that_is_no_bool(problem, switch):
+    with pytest.raises(TypeError, match=f"^{switch} must be a bool, got str 'no'$"):
+        problem.call(chunked_logits, **{switch: "no"})

@@ -1,3 +1,6 @@
+import sys
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -182,6 +185,65 @@ def test_use_platform_restores_and_validates():
             pass
 
 
+def test_indexer_kernel_reads_the_current_platform_only_for_none():
+    with neg.use_platform("rocm"):
+        assert neg.indexer_kernel(16).name == neg.indexer_kernel(16, "rocm").name
+    assert neg.indexer_kernel(16).name == "DeepGEMM fp8_paged_mqa_logits"
+
+
+def test_use_platform_in_one_thread_is_not_seen_by_another():
+    entered, leave = threading.Event(), threading.Event()
+    seen = []
+
+    def rocm_thread():
+        with neg.use_platform("rocm"):
+            seen.append(neg.current_platform.is_rocm())
+            entered.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=rocm_thread)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        assert seen == [True]
+        assert not neg.current_platform.is_rocm()
+        assert [b.__name__ for b in neg.sparse_mla_group()] == ["DeepseekV32IndexerBackend", "FlashMLASparseBackend"]
+    finally:
+        leave.set()
+        thread.join()
+
+
+def test_negotiate_in_two_threads_never_sees_the_other_threads_platform():
+    expected = {platform: neg.negotiate(16, platform) for platform in neg.PLATFORMS}
+    start, wrong = threading.Barrier(2), []
+
+    def negotiate_many(platform):
+        start.wait()
+        for _ in range(1000):
+            got = neg.negotiate(16, platform)
+            if (got.declarations, got.kernel_block_size) != (expected[platform].declarations,
+                                                               expected[platform].kernel_block_size):
+                wrong.append(platform)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can, so that a race shows
+    try:
+        threads = [threading.Thread(target=negotiate_many, args=(p,)) for p in neg.PLATFORMS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert neg.current_platform.name == "cuda"
+
+
+def test_current_platform_name_cannot_be_swapped():
+    with pytest.raises(AttributeError):
+        neg.current_platform.name = "rocm"
+
+
 def declaring(*sizes):
     class Declaring(neg.AttentionBackend):
         @staticmethod
@@ -208,15 +270,18 @@ def test_select_common_block_size_refuses_bad_declarations_naming_the_backend(en
 def test_matching_entry_is_the_first_entry_that_accepts():
     entries = [1, neg.MultipleOf(16), 64]
     assert [neg.matching_entry(entries, size) for size in (1, 16, 64, 8)] == [0, 1, 1, None]
-    with pytest.raises(ValueError, match=r"Unknown supported size: 2\.0 \(declared by Mine\)"):
+    with pytest.raises(ValueError, match=r"Unknown supported size: 2\.0 \(declared by Mine; entries must be int or "
+                                         r"MultipleOf, not builtins\.float\)"):
         neg.matching_entry([1, 2.0, 64], 64, "Mine")
 
 
 def test_select_common_block_size_names_the_backend_of_an_unknown_entry():
-    with pytest.raises(ValueError, match=r"Unknown supported size: 16\.0 \(declared by Declaring\)"):
+    with pytest.raises(ValueError, match=r"Unknown supported size: 16\.0 \(declared by Declaring; "):
         select_common_block_size(16, [declaring(16.0)])
-    with pytest.raises(ValueError, match=r"Unknown supported size: 16 \(declared by Declaring\)"):
-        select_common_block_size(16, [declaring(np.int64(16))])  # vLLM's isinstance(entry, int) refuses it too
+    # vLLM's isinstance(entry, int) refuses it too; the message says why a 16 is not one.
+    with pytest.raises(ValueError, match=r"Unknown supported size: np\.int64\(16\) \(declared by Declaring; entries "
+                                         r"must be int or MultipleOf, not numpy\.int64\)"):
+        select_common_block_size(16, [declaring(np.int64(16))])
 
 
 @pytest.mark.parametrize("backends, message", [
@@ -262,6 +327,25 @@ def test_map_to_kernel_blocks_refuses_ids_that_overflow():
     assert map_to_kernel_blocks([2**60], 4).tolist() == [2**62, 2**62 + 1, 2**62 + 2, 2**62 + 3]
 
 
+@pytest.mark.parametrize("table, positions, block_size", [([2**60], [3], 16), ([0, 2**62], [20], 16),
+                                                         ([2**63 // 16], [0], 16)])
+def test_slot_mapping_refuses_block_ids_whose_slots_overflow(table, positions, block_size):
+    # Unchecked, 2**60 * 16 wraps to 0: position 3 read slot 3 of block 0.
+    with pytest.raises(ValueError, match=r"block_table holds block id \d+: times block_size 16 it would overflow "
+                                         r"int64"):
+        neg.slot_mapping(table, positions, block_size)
+
+
+def test_slot_mapping_takes_the_largest_id_that_fits():
+    top = (neg.INT64_MAX - 15) // 16
+    assert neg.slot_mapping([top], [15], 16).tolist() == [neg.INT64_MAX]
+
+
+def test_slot_mapping_refuses_unsigned_ids_past_int64():
+    with pytest.raises(ValueError, match="block_table holds 9223372036854775808, which does not fit int64"):
+        neg.slot_mapping(np.array([2**63], dtype=np.uint64), [0], 16)
+
+
 def test_slot_mapping_bad_arguments():
     with pytest.raises(TypeError, match="block_table must be integers"):
         neg.slot_mapping([1.5, 2.0], [0], 16)
@@ -284,7 +368,7 @@ def test_slot_mapping_refuses_a_table_that_is_not_one_sequences(table):
         neg.slot_mapping(table, [2, 3], 1)
 
 
-@pytest.mark.parametrize("platform", ["tpu", "CUDA"])
+@pytest.mark.parametrize("platform", ["tpu", "CUDA", ""])
 def test_indexer_kernel_refuses_an_unknown_platform(platform):
     with pytest.raises(ValueError, match=rf"^platform must be one of \('cuda', 'rocm'\), got '{platform}'$"):
         neg.indexer_kernel(64, platform)

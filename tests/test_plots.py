@@ -39,6 +39,29 @@ def test_plots_build(make, axes):
     assert len(fig.axes) == axes and tuple(fig.get_size_inches()) in {plots.WIDE, plots.SQUARE_PAIR, (10, 1.8)}
 
 
+@pytest.mark.parametrize("plot", [plots.block_bytes_plot, plots.offset_maps_plot, plots.line_map_plot])
+@pytest.mark.parametrize("block_size, head_dim, exc, message", [
+    # block_bytes_plot(10**6) drew a bar a token for minutes; (-5) drew a figure.
+    (10**6, 128, ValueError, "block_size must be at most 1024 to be drawn token by token, got 1000000"),
+    (-5, 128, ValueError, "block_size must be a positive int, got -5"),
+    (16.0, 128, TypeError, "block_size must be a positive int, got float 16.0"),
+    (16, 100, ValueError, "head_dim must be a multiple of 16 up to 1024, got 100"),
+])
+def test_block_plots_refuse_blocks_they_cannot_draw(plot, block_size, head_dim, exc, message):
+    with pytest.raises(exc, match=f"^{message}$"):
+        plot(block_size, head_dim)
+
+
+@pytest.mark.parametrize("series, message", [
+    ({"ours": [1.0], "theirs": [2.0, 3.0]}, "series 'ours' has 1 values for 2 groups"),  # broadcast before
+    ({"ours": [1.0, 2.0, 3.0]}, "series 'ours' has 3 values for 2 groups"),
+    ({}, "series must hold at least one series of bars"),
+])
+def test_grouped_bars_refuses_a_series_that_does_not_match_the_groups(series, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        plots.grouped_bars(["B=1", "B=64"], series, "us", "times")
+
+
 def test_performance_plots_draw_the_committed_results(record):
     rows = report.summary(record)
     anchors = [r for r in rows if r["block1_over_block64"] is not None]

@@ -51,3 +51,17 @@ def test_paged_mqa_problem_replace_and_to_keep_the_rest():
 def test_paged_mqa_problem_equals_only_itself():
     p = random_problem([5], heads=16, seed=0)
     assert p == p and p != p.replace(max_model_len=p.max_model_len) and len({p, p}) == 1
+
+
+@pytest.mark.parametrize("changes, exc, message", [
+    # sum_ctx=-100 made bytes negative; the other two gave an empty output row or a layout no kernel reads.
+    (dict(sum_ctx=-100), ValueError, "sum_ctx must be a non-negative int, got -100"),
+    (dict(sum_ctx=12.5), TypeError, "sum_ctx must be a non-negative int, got float 12.5"),
+    (dict(max_model_len=0), ValueError, "max_model_len must be a positive int, got 0"),
+    (dict(max_model_len=30.0), TypeError, "max_model_len must be a positive int, got float 30.0"),
+    (dict(layout="shuffled"), ValueError, r"layout must be one of \('normal', 'shuffle'\), got 'shuffled'"),
+])
+def test_paged_mqa_problem_refuses_bad_scalars(changes, exc, message):
+    p = random_problem([20], heads=16, seed=0)
+    with pytest.raises(exc, match=f"^{message}$"):
+        p.replace(**changes)

@@ -6,7 +6,8 @@ from preshuffle.reference import (
     fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch, logits_magnitude,
     reference_and_magnitude,
 )
-from preshuffle.testing.inputs import random_problem
+from preshuffle import contract
+from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale
 from preshuffle.testing.numeric import RTOL, assert_bitwise_equal, check_unchecked_logits, compare_logits
 
 
@@ -105,3 +106,58 @@ def test_fp8_paged_mqa_logits_torch_gives_nan_where_a_block_cannot_be_read():
     verdict = check_unchecked_logits(out, problem, lens, tables)
     assert verdict["nan_exact"] and verdict["nan"] > 0, verdict
     assert verdict["same_inf_pattern"] and verdict["max_rel_error"] <= RTOL, verdict
+
+
+REFERENCES = {"ref": fp8_paged_mqa_logits_ref, "loops": fp8_paged_mqa_logits_loops, "magnitude": logits_magnitude,
+              "ref_and_magnitude": reference_and_magnitude}
+
+
+@pytest.fixture
+def small():
+    return random_problem([20, 0, 37], next_n=2, heads=16, block_size=16, seed=5)
+
+
+@pytest.mark.parametrize("scale", [-1.0, 0.0, float("nan"), float("inf")])
+@pytest.mark.parametrize("name", REFERENCES)
+def test_the_checked_references_refuse_a_bad_scale_naming_block_and_token(small, name, scale):
+    # Before, a negative scale gave relu(s * q.k): finite numbers the kernels (which factor s out) disagreed with.
+    bad = with_scale(small, 2, 33, scale)
+    block, token = key_record(bad, 2, 33)
+    with pytest.raises(ValueError, match=rf"^kv_cache holds scale {scale} at block {block}, token {token} \(position "
+                                         r"33 of sequence 2\): scales must be finite and positive$"):
+        bad.call(REFERENCES[name])
+
+
+@pytest.mark.parametrize("scale", [-1.0, 0.0, float("nan"), float("inf")])
+def test_fp8_paged_mqa_logits_torch_gives_nan_at_a_bad_scale(small, scale):
+    # Before, an infinite scale gave inf (the kernels' NaN against the reference's inf), a negative one numbers.
+    bad = with_scale(small, 2, 33, scale)
+    verdict = check_unchecked_logits(bad.call(fp8_paged_mqa_logits_torch), bad, bad.context_lens, bad.block_tables)
+    assert verdict["nan_exact"] and verdict["nan"] == 2 and verdict["max_rel_error"] <= RTOL, verdict
+
+
+@pytest.mark.parametrize("name", [*REFERENCES, "torch"])
+def test_the_references_give_nan_wherever_a_nan_in_q_or_a_key_enters(small, name):
+    fn = REFERENCES.get(name, fp8_paged_mqa_logits_torch)
+    for poisoned, rows in ((with_nan_query(small, 0, 1, 4, 3), [1]), (with_nan_key(small, 2, 10, 9), [4, 5])):
+        out = poisoned.call(fn)
+        outs = out if isinstance(out, tuple) else (out,)
+        for out in outs:
+            nan = torch.isnan(out)
+            assert nan.any(dim=1).nonzero().flatten().tolist() == rows, name
+            assert not nan[:, 40:].any() and torch.isfinite(out[~nan.any(dim=1)][:, :20]).any()
+
+
+def test_the_reference_counts_its_float64_outputs_against_memory(small, monkeypatch):
+    # The guard counted fp32 logits while the reference allocates float64 ones (two with its magnitudes). A device
+    # of 64 MiB here, so that a guard that lets the call through allocates little.
+    monkeypatch.setattr(contract, "memory_bytes", lambda dev: 64 << 20)
+    rows = small.batch * small.next_n
+    too_long = (64 << 20) // (8 * rows) + 1
+    assert too_long * 4 * rows <= 64 << 20   # fp32 logits would fit
+    with pytest.raises(ValueError, match=rf"^max_model_len {too_long} asks for {rows} rows of {too_long} float64 "
+                                         r"logits"):
+        small.replace(max_model_len=too_long).call(fp8_paged_mqa_logits_ref)
+    with pytest.raises(ValueError, match=rf"^max_model_len {too_long // 2} asks for {2 * rows} rows of "
+                                         rf"{too_long // 2} float64 logits"):
+        small.replace(max_model_len=too_long // 2).call(reference_and_magnitude)

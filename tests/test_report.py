@@ -462,3 +462,45 @@ def test_against_builds_divides_only_times_of_one_run(record):
     table = report.builds_table([main, nv_dev])
     assert "| 64, 4, 8K | 60.0 (flattened) | 55.0 | 0.92x | 40.0 | 56.0 | 1.40x |" in table
     assert table.count("in the same process") == 2 and "Flattened: DeepGEMM on the same rows" in table
+
+
+@pytest.mark.parametrize("content", [b'{"rows": [{"us": 1.0}', b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe"])
+def test_load_names_a_file_that_is_not_json(tmp_path, content):
+    # A bare JSONDecodeError (or UnicodeDecodeError) before, naming no file.
+    path = tmp_path / "cut.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=rf"^{path} is not a results file \(JSON\): "):
+        report.load(path)
+
+
+@pytest.mark.parametrize("value", [-14.3, float("nan"), float("inf")])
+def test_readers_refuse_a_record_whose_times_are_no_measurements(record, tmp_path, value):
+    # With our times negated, targets() counted 8 of 11 met instead of 6.
+    bad = json.loads(json.dumps(record))
+    bad["rows"][3]["us"] = value
+    with pytest.raises(ValueError, match=rf"^record: rows\[3\]\.us is {value}, but a time or share must be finite "
+                                         r"and >= 0$"):
+        report.targets(bad)
+    for reader in (report.summary, report.shapes, report.clean_l2, report.host_us):
+        with pytest.raises(ValueError, match=r"rows\[3\]\.us"):
+            reader(bad)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=rf"^{path}: rows\[3\]\.us is {value}"):
+        report.load(path)
+
+
+def test_readers_refuse_negative_host_times(record):
+    bad = json.loads(json.dumps(record))
+    bad["host_us"][0]["parts"]["launch"] = -6.5
+    with pytest.raises(ValueError, match=r"^record: host_us\[0\]\.parts\.launch is -6.5"):
+        report.targets(bad)
+
+
+def test_readers_name_the_key_a_record_lacks(record):
+    # KeyError: 'rows' before.
+    with pytest.raises(ValueError, match="^the record lacks the key 'rows', which summary reads$"):
+        report.summary({k: v for k, v in record.items() if k != "rows"})
+    row = {k: v for k, v in record["rows"][0].items() if k != "shape"}
+    with pytest.raises(ValueError, match="^the record lacks the key 'shape', which shapes reads$"):
+        report.shapes({**record, "rows": [row]})

@@ -38,3 +38,22 @@ def test_random_problem_writes_each_sequence_through_its_table():
 @pytest.mark.skipif(not device.INTERPRETED, reason="the builders' default device under the interpreter")
 def test_random_problem_lands_on_the_kernel_device():
     assert random_problem([5], heads=16).q.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("context_lens, kwargs, exc, message", [
+    # max_model_len=0 became 13 (0 is falsy), 20.7 tokens became 20, block_size 0 divided by zero.
+    ([10], dict(max_model_len=0), ValueError, "max_model_len must be a positive int, got 0"),
+    ([20.7], {}, TypeError, r"context_lens\[0\] must be a non-negative int, got float 20.7"),
+    ([5, -1], {}, ValueError, r"context_lens\[1\] must be a non-negative int, got -1"),
+    ([10], dict(block_size=0), ValueError, "block_size must be a positive int, got 0"),
+    ([10], dict(next_n=0), ValueError, "next_n must be a positive int, got 0"),
+    ([10], dict(heads=16.0), TypeError, "heads must be a positive int, got float 16.0"),
+    ([10], dict(extra_blocks=-1), ValueError, "extra_blocks must be a non-negative int, got -1"),
+    ([10], dict(spare_columns=1.5), TypeError, "spare_columns must be a non-negative int, got float 1.5"),
+    ([10], dict(ctx_2d="yes"), TypeError, "ctx_2d must be a bool, got str 'yes'"),
+    ([10], dict(seed=1.5), TypeError, "seed must be a non-negative int, got float 1.5"),
+    (10, {}, TypeError, "context_lens must be a list of ints, got int"),
+])
+def test_random_problem_refuses_what_it_would_otherwise_fix(context_lens, kwargs, exc, message):
+    with pytest.raises(exc, match=f"^{message}$"):
+        random_problem(context_lens, heads=kwargs.pop("heads", 16), **kwargs)

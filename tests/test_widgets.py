@@ -190,3 +190,37 @@ def test_decode_step_without_a_committed_run_says_so(capsys):
     assert r["measured"] is None and "no committed top-k run" in widgets.format_decode_step(r)
     with pytest.raises(ValueError, match="setup must be one of"):
         widgets.decode_step(4, 50000, "GLM-5")
+
+
+def test_show_negotiation_refuses_an_unknown_pr_state(shown):
+    # "bogus" meant after the PR.
+    with pytest.raises(ValueError, match=r"^pr must be one of \['after PR #51216', 'before PR #51216'\], got 'bogus'$"):
+        widgets.show_negotiation(16, "rocm", pr="bogus")
+
+
+@pytest.mark.parametrize("token", [16, 40, -1])
+def test_show_lane_vector_refuses_a_token_outside_the_block(shown, token):
+    # Clamped to the last token (15) before; the explorer's slider clamps itself, its function refuses.
+    with pytest.raises(ValueError, match=rf"^token must be in \[0, 16\), got {token}$"):
+        widgets.show_lane_vector(16, token, 37)
+
+
+@pytest.mark.parametrize("explorer, kwargs, message", [
+    # A raw TraitError from the slider before.
+    (widgets.negotiation_explorer, dict(block_size=17), r"^block_size must be one of \[1, 2, 4, .*\], got 17$"),
+    (widgets.negotiation_explorer, dict(platform="tpu"), r"^platform must be one of \['rocm', 'cuda'\], got 'tpu'$"),
+    (widgets.layout_explorer, dict(block_size=24), r"^block_size must be one of \[16, 32, .*\], got 24$"),
+    (widgets.layout_explorer, dict(block_size=16, token=16), r"^token must be in \[0, 16\), got 16$"),
+    (widgets.layout_explorer, dict(dim=128), r"^dim must be in \[0, 128\), got 128$"),
+    (widgets.workload_explorer, dict(batch=100), r"^batch must be one of \[1, 2, 4, .*\], got 100$"),
+    (widgets.workload_explorer, dict(avg_ctx=8192.0), r"^avg_ctx must be one of \[1024, .*\], got 8192.0$"),
+    (widgets.workload_explorer, dict(variant=(8, "normal")), r"^variant must be one of .*, got \(8, 'normal'\)$"),
+    (widgets.workload_explorer, dict(precision="fp16"), r"^precision must be one of \['exact', 'fp8'\], got 'fp16'$"),
+    (widgets.decode_step_explorer, dict(batch=3), r"^batch must be one of \[1, 2, 4, .*\], got 3$"),
+    (widgets.decode_step_explorer, dict(context=5000), r"^context must be one of \[4096, .*\], got 5000$"),
+    (widgets.decode_step_explorer, dict(setup="GLM-5"), r"^setup must be one of \['GLM-5.2, 4x MI355X', .*\], got "
+                                                        r"'GLM-5'$"),
+])
+def test_explorers_name_a_bad_starting_value(shown, explorer, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        explorer(**kwargs)

@@ -57,6 +57,11 @@ def token_scales(amax: torch.Tensor, *, fp8_dtype: torch.dtype = torch.float8_e4
         raise TypeError(f"amax must be a floating-point tensor, got {getattr(amax, 'dtype', type(amax).__name__)}")
     if scale_fmt not in SCALE_FORMATS:
         raise ValueError(f"scale_fmt must be one of {SCALE_FORMATS}, got {scale_fmt!r}")
+    bad = ~(torch.isfinite(amax) & (amax >= 0))  # a largest magnitude; clamp would turn -3 (and NaN) into a scale
+    if bad.any():
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"amax must be finite and >= 0 (each token's largest magnitude), got {amax[index].item()} "
+                         f"at index {index[0] if len(index) == 1 else index}")
     scale = amax.clamp(min=SCALE_FLOOR) / fp8_max(fp8_dtype)
     if scale_fmt == "ue8m0":
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
@@ -151,7 +156,9 @@ def write_k_cache(kv_cache: torch.Tensor, k: torch.Tensor, slot_mapping: torch.T
     the cache. ``k`` must be on the cache's device; ``slot_mapping`` may be on any device that holds values.
     Keys must be finite: a NaN or Inf in a token that would be written raises ``ValueError`` naming the token
     (vLLM's writer would store a NaN scale and garbage values; a workbook should say so instead). Tokens with
-    slot -1 are not looked at."""
+    slot -1 are not looked at. So every scale it writes is finite and positive (at least ``1e-4 / fp8_max``), and
+    its fp8 values are never NaN: the kernels' contract for non-finite and non-positive inputs
+    (docs/input-contract.md) concerns caches written some other way."""
     num_blocks, block_size, head_dim = cache_geometry(kv_cache)
     if kv_cache.is_inference() and not torch.is_inference_mode_enabled():
         # torch would raise this only after the indexed store has written its bytes.
@@ -226,7 +233,13 @@ def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) 
 def gather_k_cache(kv_cache: torch.Tensor, block_table: torch.Tensor, num_tokens: int, *, layout: str = "normal",
                    fp8_dtype: torch.dtype = torch.float8_e4m3fn):
     """Positions ``0 .. num_tokens-1`` of one sequence, read through its block table ``[max_blocks]``:
-    natural fp8 values ``[num_tokens, D]`` and fp32 scales ``[num_tokens]``."""
-    _, block_size, _ = cache_geometry(kv_cache)
-    return read_slots(kv_cache, sequence_slots(block_table, num_tokens, block_size), layout=layout,
-                      fp8_dtype=fp8_dtype)
+    natural fp8 values ``[num_tokens, D]`` and fp32 scales ``[num_tokens]``. The block ids those positions read must
+    be blocks of the cache."""
+    num_blocks, block_size, _ = cache_geometry(kv_cache)
+    slots = sequence_slots(block_table, num_tokens, block_size)
+    ids = block_table[:-(-int(num_tokens) // block_size)].cpu()
+    if ids.numel() and int(ids.max()) >= num_blocks:
+        index = int((ids >= num_blocks).nonzero()[0, 0])
+        raise ValueError(f"block_table holds block id {int(ids[index])} at index {index}, outside the cache's "
+                         f"{num_blocks} blocks, in the first {int(num_tokens)} positions")
+    return read_slots(kv_cache, slots, layout=layout, fp8_dtype=fp8_dtype)

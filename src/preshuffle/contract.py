@@ -7,16 +7,21 @@ Row ``b*next_n + j`` may see position ``p`` when ``p <= context_lens[b] - next_n
 ``p < context_lens[b, j]`` (2-D lengths).
 
 The value checks (``check_values=True``) refuse negative lengths, lengths past the block table or ``max_model_len``,
-and block ids outside ``[0, num_blocks)`` in the blocks a row reads. Without them, the Triton kernel and the
-PyTorch baseline still read nothing outside their tensors: where a row may see a position whose block id is out of
-range, or past its block-table row, the logit is NaN (:func:`unreadable_positions`); positions past a row's
-visible prefix stay -inf.
+block ids outside ``[0, num_blocks)`` in the blocks a row reads, and a scale that is not finite and positive at a
+position a row reads (naming its block and token). Without them, the Triton kernel and the PyTorch baseline still
+read nothing outside their tensors: where a row may see a position whose block id is out of range, or past its
+block-table row, the logit is NaN (:func:`unreadable_positions`), and so it is where the position's scale is not
+finite and positive (:func:`bad_scale_positions`); positions past a row's visible prefix stay -inf. A NaN in q, in
+the keys' fp8 values or in the weights gives NaN at every logit it enters, checked or not. docs/input-contract.md
+has the whole contract and why.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .arguments import positive_int
@@ -42,9 +47,12 @@ class CallDims:
 
 
 def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout="normal", *,
-                 check_values=True) -> CallDims:
-    """Check dtypes, shapes and devices; with ``check_values`` also the lengths and block ids (this reads
-    them on the host, a device sync: pass False when benchmarking inputs already known to be valid)."""
+                 check_values=True, out_dtype: torch.dtype = torch.float32, outputs: int = 1) -> CallDims:
+    """Check dtypes, shapes and devices; with ``check_values`` also the lengths, block ids and scales (this reads
+    them on the host, a device sync: pass False when benchmarking inputs already known to be valid). The output,
+    ``outputs`` tensors of ``out_dtype`` logits, must fit in the device's memory."""
+    if not isinstance(check_values, (bool, np.bool_)):  # "no" would be true
+        raise TypeError(f"check_values must be a bool, got {type(check_values).__name__} {check_values!r}")
     if not isinstance(q, torch.Tensor) or q.dtype not in FP8_MAX:
         raise TypeError(f"q must be an fp8 tensor ({list(FP8_MAX)}), got {getattr(q, 'dtype', type(q))}")
     if q.dim() != 4:
@@ -74,13 +82,15 @@ def check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len
     devices = {t.device for t in (q, kv_cache, weights, context_lens, block_tables)}
     if len(devices) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
-    check_fits(4 * batch * next_n * max_model_len, q.device,
-               f"max_model_len {max_model_len} asks for {batch * next_n} rows of {max_model_len} fp32 logits")
+    rows = outputs * batch * next_n
+    kind = "fp32" if out_dtype == torch.float32 else str(out_dtype).removeprefix("torch.")
+    check_fits(out_dtype.itemsize * rows * max_model_len, q.device,
+               f"max_model_len {max_model_len} asks for {rows} rows of {max_model_len} {kind} logits")
 
     dims = CallDims(batch, next_n, heads, head_dim, num_blocks, block_size, block_tables.shape[1],
                     max_model_len, layout, context_lens.dim() == 2)
     if check_values:
-        _check_values(dims, context_lens, block_tables)
+        _check_values(dims, kv_cache, context_lens, block_tables)
     return dims
 
 
@@ -128,6 +138,41 @@ def output_tensor(out: torch.Tensor | None, shape: tuple[int, int], dev: torch.d
     return out
 
 
+def byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """``[first, end)``: the addresses of the bytes ``t``'s elements lie in (first == end when it has none)."""
+    first = t.data_ptr()
+    if t.numel() == 0:
+        return first, first
+    return first, first + (sum((n - 1) * step for n, step in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def refuse_overlap(out: torch.Tensor, **inputs: torch.Tensor) -> None:
+    """Refuse an ``out`` whose bytes overlap those of an input (by address range, so views and slices of one buffer
+    count): the kernels would write logits over what they read, and programs that read what others wrote race."""
+    first, end = byte_span(out)
+    for name, t in inputs.items():
+        t_first, t_end = byte_span(t)
+        if first < t_end and t_first < end:
+            raise ValueError(f"out overlaps {name} (out's bytes [{first:#x}, {end:#x}), {name}'s "
+                             f"[{t_first:#x}, {t_end:#x})): the logits would be written over an input; pass an out of "
+                             f"its own")
+
+
+def valid_scales(scales: torch.Tensor) -> torch.Tensor:
+    """bool, where a scale is finite and positive: the only scales for which ``relu(s x) = s relu(x)``, the identity
+    every kernel computes with (NaN fails both comparisons)."""
+    return (scales > 0) & (scales < math.inf)
+
+
+def cache_scales(kv_cache: torch.Tensor) -> torch.Tensor:
+    """fp32 ``[num_blocks, block_size]``: every token's scale, a view of the cache (a copy where the cache's bytes
+    do not start on a 4-byte boundary, which no fp32 view can have)."""
+    num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
+    value_bytes = kv_cache[0].numel() - 4 * block_size
+    scales = kv_cache.view(num_blocks, -1)[:, value_bytes:]
+    return (scales.contiguous() if scales.storage_offset() % 4 else scales).view(torch.float32)
+
+
 def kv_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
     """``[B, next_n]``: how many leading positions row (b, j) may see."""
     if context_lens.dim() == 2:
@@ -150,7 +195,42 @@ def unreadable_positions(context_lens: torch.Tensor, block_tables: torch.Tensor,
     return (bad_at.unsqueeze(1) & (positions < lens.unsqueeze(-1))).reshape(-1, max_model_len)
 
 
-def _check_values(p: CallDims, context_lens: torch.Tensor, block_tables: torch.Tensor) -> None:
+def bad_scale_positions(kv_cache: torch.Tensor, context_lens: torch.Tensor, block_tables: torch.Tensor, next_n: int,
+                        max_model_len: int) -> torch.Tensor:
+    """bool ``[B * next_n, max_model_len]``: the positions a row may see whose key can be read (see
+    :func:`unreadable_positions`) but whose scale is not finite and positive. Checked calls refuse them; unchecked
+    calls return NaN exactly there."""
+    num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
+    lens = kv_lengths(context_lens, next_n)                                            # [B, next_n]
+    ids = block_tables.to(torch.int64)
+    positions = torch.arange(max_model_len, device=ids.device)
+    entry = positions // block_size
+    if ids.shape[1] == 0:
+        return torch.zeros(ids.shape[0] * next_n, max_model_len, dtype=torch.bool, device=ids.device)
+    pages = ids[:, entry.clamp(max=ids.shape[1] - 1)]                                 # [B, max_model_len]
+    readable = (pages >= 0) & (pages < num_blocks) & (entry < ids.shape[1])
+    scales = cache_scales(kv_cache).to(ids.device)[pages.clamp(0, num_blocks - 1), positions % block_size]
+    bad = readable & ~valid_scales(scales)
+    return (bad.unsqueeze(1) & (positions < lens.unsqueeze(-1))).reshape(-1, max_model_len)
+
+
+def _check_scales(kv_cache: torch.Tensor, ids: torch.Tensor, used: torch.Tensor, needed: torch.Tensor,
+                  block_size: int) -> None:
+    """Refuse a scale that is not finite and positive at a position a sequence reads: ``ids`` the block ids of the
+    ``used`` entries of the table, ``needed`` how many positions each sequence reads."""
+    sequence, entry = used.nonzero(as_tuple=True)
+    read = (needed[sequence] - entry * block_size).clamp(max=block_size)                # positions read per block
+    dev = kv_cache.device
+    scales = cache_scales(kv_cache)[ids.to(dev, torch.int64)]                          # [blocks read, block_size]
+    bad = ~valid_scales(scales) & (torch.arange(block_size, device=dev) < read.to(dev).unsqueeze(1))
+    if bad.any():
+        i, token = (int(x) for x in bad.nonzero()[0])
+        raise ValueError(f"kv_cache holds scale {scales[i, token].item()} at block {int(ids[i])}, token {token} "
+                         f"(position {int(entry[i]) * block_size + token} of sequence {int(sequence[i])}): scales "
+                         f"must be finite and positive")
+
+
+def _check_values(p: CallDims, kv_cache: torch.Tensor, context_lens: torch.Tensor, block_tables: torch.Tensor) -> None:
     lens = context_lens.cpu()
     if lens.numel() == 0:
         return
@@ -171,3 +251,5 @@ def _check_values(p: CallDims, context_lens: torch.Tensor, block_tables: torch.T
         bad = ids[(ids < 0) | (ids >= p.num_blocks)][0]
         raise ValueError(f"block_tables holds block id {int(bad)} outside [0, {p.num_blocks}) "
                          f"in a block the context reads")
+    if ids.numel():
+        _check_scales(kv_cache, ids, used, needed, p.block_size)

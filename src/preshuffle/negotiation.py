@@ -18,6 +18,7 @@ a readable repr and structural equality (vLLM's compares by identity). Entries o
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -26,6 +27,7 @@ import numpy as np
 from .arguments import positive_int
 
 PLATFORMS = ("cuda", "rocm")
+INT64_MAX = np.iinfo(np.int64).max
 
 # AITER's paged-MQA-logits kernel processes the context in chunks of this many tokens.
 AITER_CHUNK_K = 256
@@ -48,12 +50,19 @@ class MultipleOf:
 
 
 # --------------------------------------------------------------------------------------------------
-# The platform, read at call time so tests can flip it exactly as vLLM's do (monkeypatch is_rocm).
+# The platform, read at call time so tests can flip it exactly as vLLM's do (monkeypatch is_rocm). Its name lives in
+# a context variable, not in the object: each thread (a notebook kernel runs widget callbacks on threads) and each
+# asyncio task sees the platform it set itself, and none sees another's.
+
+_PLATFORM: contextvars.ContextVar[str] = contextvars.ContextVar("platform", default="cuda")
 
 
 class Platform:
-    def __init__(self, name: str = "cuda"):
-        self.name = name
+    """vLLM's ``current_platform``: which platform the calling context runs on (:func:`use_platform` sets it)."""
+
+    @property
+    def name(self) -> str:
+        return _PLATFORM.get()
 
     def is_rocm(self) -> bool:
         return self.name == "rocm"
@@ -62,20 +71,24 @@ class Platform:
         return f"Platform({self.name!r})"
 
 
-current_platform = Platform("cuda")
+current_platform = Platform()
+
+
+def check_platform(name) -> str:
+    if name not in PLATFORMS:
+        raise ValueError(f"platform must be one of {PLATFORMS}, got {name!r}")
+    return name
 
 
 @contextlib.contextmanager
 def use_platform(name: str) -> Iterator[Platform]:
-    """Temporarily make :data:`current_platform` report ``name`` ("cuda" or "rocm")."""
-    if name not in PLATFORMS:
-        raise ValueError(f"platform must be one of {PLATFORMS}, got {name!r}")
-    saved = current_platform.name
-    current_platform.name = name
+    """Make :data:`current_platform` report ``name`` ("cuda" or "rocm") inside the block, in this thread (or task)
+    only."""
+    token = _PLATFORM.set(check_platform(name))
     try:
         yield current_platform
     finally:
-        current_platform.name = saved
+        _PLATFORM.reset(token)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -172,7 +185,8 @@ def matching_entry(entries: list, block_size: int, declared_by: str = "a backend
             if block_size % entry.base == 0:
                 return i
         else:
-            raise ValueError(f"Unknown supported size: {entry} (declared by {declared_by})")
+            raise ValueError(f"Unknown supported size: {entry!r} (declared by {declared_by}; entries must be int or "
+                             f"MultipleOf, not {type(entry).__module__}.{type(entry).__qualname__})")
     return None
 
 
@@ -220,11 +234,25 @@ def kernel_blocks_per_manager_block(kv_manager_block_size: int, kernel_block_siz
 
 
 def _integers(values, name: str) -> np.ndarray:
-    """``values`` as an int64 array, refusing floats and bools (which numpy would truncate or count as 0/1)."""
+    """``values`` as an int64 array, refusing floats and bools (which numpy would truncate or count as 0/1) and
+    unsigned values past int64 (which it would wrap to negative ones)."""
     values = np.asarray(values)
     if values.size and not np.issubdtype(values.dtype, np.integer):
         raise TypeError(f"{name} must be integers, got dtype {values.dtype}")
+    if values.size and values.dtype.kind == "u" and int(values.max()) > INT64_MAX:
+        raise ValueError(f"{name} holds {int(values.max())}, which does not fit int64")
     return values.astype(np.int64)
+
+
+def block_slots(ids: np.ndarray, per_block: int, offsets, name: str, per_block_name: str = "block_size"):
+    """``ids * per_block + offsets`` with ``offsets`` in ``[0, per_block)``: the slots (or the kernel block ids) that
+    non-negative block ids ``ids`` stand for. Refuses an id whose last one does not fit int64, where numpy would
+    wrap it silently to another block's, naming ``name``, the argument that holds it."""
+    limit = (INT64_MAX - (per_block - 1)) // per_block
+    if ids.size and int(ids.max()) > limit:
+        raise ValueError(f"{name} holds block id {int(ids.max())}: times {per_block_name} {per_block} it would "
+                         f"overflow int64 (ids up to {limit} fit)")
+    return ids * per_block + offsets
 
 
 def map_to_kernel_blocks(ids, blocks_per_kv_block: int) -> np.ndarray:
@@ -233,9 +261,7 @@ def map_to_kernel_blocks(ids, blocks_per_kv_block: int) -> np.ndarray:
     ids = _integers(ids, "ids").reshape(-1)
     if (ids < 0).any():
         raise ValueError(f"ids must be non-negative block ids, got {ids[ids < 0][:4].tolist()}")
-    if ids.size and int(ids.max()) > (np.iinfo(np.int64).max - (r - 1)) // r:
-        raise ValueError(f"ids up to {int(ids.max())} times blocks_per_kv_block {r} overflow int64")
-    return (ids[:, None] * r + np.arange(r)).reshape(-1)
+    return block_slots(ids[:, None], r, np.arange(r), "ids", "blocks_per_kv_block").reshape(-1)
 
 
 def slot_mapping(block_table, positions, block_size: int) -> np.ndarray:
@@ -259,7 +285,7 @@ def slot_mapping(block_table, positions, block_size: int) -> np.ndarray:
         first = np.flatnonzero(ids < 0)[0]
         raise ValueError(f"block_table holds block id {int(ids.flat[first])} at index {int(index.flat[first])}, "
                          f"which position {int(positions.flat[first])} reads: block ids are >= 0")
-    return ids * block_size + positions % block_size
+    return block_slots(ids, block_size, positions % block_size, "block_table")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -281,11 +307,10 @@ def indexer_kernel(kernel_block_size: int, platform: str | None = None) -> Index
     ROCm: AITER with ``KVBlockSize = kernel_block_size`` and ``Preshuffle = KVBlockSize > 1`` (the cache
     writer shuffles exactly then); AITER asserts ``KVBlockSize % 16 == 0`` when preshuffling and that
     ``ChunkK = 256`` and ``KVBlockSize`` divide one another. CUDA: DeepGEMM, natural layout, block 64.
+    ``platform`` None: :data:`current_platform`'s.
     """
     size = positive_int(kernel_block_size, "kernel_block_size")
-    platform = platform or current_platform.name
-    if platform not in PLATFORMS:
-        raise ValueError(f"platform must be one of {PLATFORMS}, got {platform!r}")
+    platform = check_platform(current_platform.name if platform is None else platform)
     if platform == "cuda":
         ok = size == 64
         return IndexerKernel("DeepGEMM fp8_paged_mqa_logits", size, False, ok,

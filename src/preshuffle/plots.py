@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from .arguments import positive_int
 from .cache import fp8_max, quantize_k, token_scales
 from .layout import TILE, offset_map
 from .negotiation import map_to_kernel_blocks, matching_entry, rejected_rows, sweep
@@ -20,6 +21,7 @@ SQUARE_PAIR = (10, 4.6)
 EXPLORER = (10, 6.4)
 DPI = 100  # explorers render their images at this dpi, so a test can redraw one byte for byte
 CACHE_LINE = 128  # bytes
+MAX_DRAWN_TOKENS, MAX_DRAWN_DIMS = 1024, 1024  # what a block figure draws one by one
 
 
 def negotiation_plot(manager_block_sizes=(1, 8, 16, 24, 32, 48, 64, 80, 96, 112, 128, 192, 256, 320, 512),
@@ -76,8 +78,19 @@ def quantization_plot(seed: int = 0, tokens: int = 2000, fp8_dtype=torch.float8_
     return fig
 
 
+def _drawable_block(block_size, head_dim) -> tuple[int, int]:
+    """A block's sizes, refused unless a figure of one (a bar or a row per token) can be drawn in seconds."""
+    block_size, head_dim = positive_int(block_size, "block_size"), positive_int(head_dim, "head_dim")
+    if block_size > MAX_DRAWN_TOKENS:
+        raise ValueError(f"block_size must be at most {MAX_DRAWN_TOKENS} to be drawn token by token, got {block_size}")
+    if head_dim % TILE or head_dim > MAX_DRAWN_DIMS:
+        raise ValueError(f"head_dim must be a multiple of {TILE} up to {MAX_DRAWN_DIMS}, got {head_dim}")
+    return block_size, head_dim
+
+
 def block_bytes_plot(block_size: int = 16, head_dim: int = 128):
     """One block as a strip of bytes: each token's values, then the scale tail."""
+    block_size, head_dim = _drawable_block(block_size, head_dim)
     value_bytes = block_size * head_dim
     fig, ax = plt.subplots(figsize=(10, 1.8))
     colors = plt.cm.tab20(np.arange(block_size) % 20)
@@ -97,6 +110,7 @@ def block_bytes_plot(block_size: int = 16, head_dim: int = 128):
 
 def offset_maps_plot(block_size: int = 32, head_dim: int = 128):
     """token x dim -> byte offset, NORMAL beside SHUFFLE, with 16-wide tiles drawn."""
+    block_size, head_dim = _drawable_block(block_size, head_dim)
     fig, axes = plt.subplots(1, 2, figsize=SQUARE_PAIR, sharey=True)
     for ax, layout in zip(axes, ("normal", "shuffle")):
         offsets = offset_map(block_size, head_dim, layout).numpy()
@@ -116,6 +130,7 @@ def offset_maps_plot(block_size: int = 32, head_dim: int = 128):
 def line_map_plot(block_size: int = 16, head_dim: int = 128):
     """Which 128-byte line each value lands in: the 16 lanes of one MFMA operand load (dims 0-15 of 16 tokens)
     touch 16 lines in NORMAL and 2 in SHUFFLE."""
+    block_size, head_dim = _drawable_block(block_size, head_dim)
     fig, axes = plt.subplots(1, 2, figsize=SQUARE_PAIR, sharey=True)
     n_lines = block_size * head_dim // CACHE_LINE
     # One colour a line: tab20 while the lines are at most 20 (a 16-token block has 16), a continuous map beyond.
@@ -146,7 +161,13 @@ def valid_region_plot(logits: torch.Tensor, next_n: int, title: str = "visible (
 
 
 def grouped_bars(groups: list[str], series: dict[str, list[float]], ylabel: str, title: str, hline=None):
-    """One group of bars per shape, one bar per series."""
+    """One group of bars per shape, one bar per series (each with one value per group: matplotlib would spread a
+    single value over every group)."""
+    if not series:
+        raise ValueError("series must hold at least one series of bars")
+    for name, values in series.items():
+        if len(values) != len(groups):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(groups)} groups")
     fig, ax = plt.subplots(figsize=WIDE)
     width = 0.8 / len(series)
     x = np.arange(len(groups))

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .arguments import non_negative_int, positive_int
 from .cache import SCALE_BYTES
 from .contract import kv_lengths
+from .layout import LAYOUTS
 
 
 @dataclass(frozen=True, eq=False)  # tensors do not compare to one bool: a problem equals only itself
@@ -27,6 +29,15 @@ class PagedMQAProblem:
     # Tokens read (sum over sequences of the longest row's visible prefix), as the builder knew it without a
     # device sync; None: counted from context_lens when needed.
     sum_ctx: int | None = None
+
+    def __post_init__(self):
+        # The scalars that are the problem's own (the tensors are checked by the calls that read them): a negative
+        # sum_ctx made ``bytes`` negative, a max_model_len of 0 an empty output row.
+        positive_int(self.max_model_len, "max_model_len")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.sum_ctx is not None:
+            non_negative_int(self.sum_ctx, "sum_ctx")
 
     @property
     def args(self) -> tuple:

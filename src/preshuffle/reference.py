@@ -8,6 +8,10 @@ For row ``r = b*next_n + j`` and key position ``p``::
 
 fp8 x fp8 products are exact in fp32 and every fp8 value is exact in float64, so a float64 reference on the
 dequantised inputs is exact up to its own (negligible) rounding.
+
+The reference and the loops are checked calls: they refuse a scale that is not finite and positive at a position a
+row reads, as the kernels' checked calls do (their identity ``relu(s x) = s relu(x)`` holds for ``s > 0`` only). A
+NaN in q, the keys or the weights gives NaN at every logit it enters (torch's relu and the loops' ``max`` keep it).
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import torch
 
 from .cache import gather_k_cache, read_slots, sequence_slots
 from .layout import offset_map
-from .contract import check_inputs, kv_lengths, unreadable_positions
+from .contract import check_inputs, kv_lengths, unreadable_positions, valid_scales
 
 
 def _reference(q, kv_cache, weight_sets, context_lens, block_tables, max_model_len, layout, dtype):
     """One pass of the reference over the keys, one output per weight tensor in ``weight_sets``."""
-    p = check_inputs(q, kv_cache, weight_sets[0], context_lens, block_tables, max_model_len, layout)
+    p = check_inputs(q, kv_cache, weight_sets[0], context_lens, block_tables, max_model_len, layout, out_dtype=dtype,
+                     outputs=len(weight_sets))
     lens = kv_lengths(context_lens, p.next_n).cpu()  # [B, next_n]
     outs = [torch.full((p.batch * p.next_n, max_model_len), -math.inf, dtype=dtype, device=q.device)
             for _ in weight_sets]
@@ -70,7 +75,7 @@ def fp8_paged_mqa_logits_loops(q, kv_cache, weights, context_lens, block_tables,
                 total = 0.0
                 for h in range(p.heads):
                     dot = sum(qd * kd for qd, kd in zip(qf[b][j][h], k))
-                    total += wf[r][h] * max(s * dot, 0.0)
+                    total += wf[r][h] * max(s * dot, 0.0)  # max(nan, 0.0) is nan: a NaN stays
                 out[r][pos] = total
     return torch.tensor(out, dtype=torch.float64)
 
@@ -80,7 +85,8 @@ def fp8_paged_mqa_logits_torch(q, kv_cache, weights, context_lens, block_tables,
     sequence's whole pages, dequantise, batched matmul, relu, weighted sum. Memory grows as
     ``B * max_len * (D + H)``. Like the kernel with ``check_values=False`` it reads no lengths or block ids on the
     host, and gives NaN where a row may see a position whose key cannot be read
-    (:func:`preshuffle.contract.unreadable_positions`)."""
+    (:func:`preshuffle.contract.unreadable_positions`) or whose scale is not finite and positive
+    (:func:`preshuffle.contract.bad_scale_positions`)."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout, check_values=False)
     lens = kv_lengths(context_lens, p.next_n)                                          # [B, next_n]
     n = min(p.max_blocks * p.block_size, max_model_len)
@@ -91,6 +97,7 @@ def fp8_paged_mqa_logits_torch(q, kv_cache, weights, context_lens, block_tables,
         values = values[..., offset_map(p.block_size, p.head_dim, "shuffle").to(q.device).reshape(-1)]
     values = values.reshape(p.batch, -1, p.head_dim)[:, :n].view(q.dtype)
     scales = pages[..., value_bytes:].contiguous().view(torch.float32).reshape(p.batch, -1)[:, :n]
+    scales = torch.where(valid_scales(scales), scales, math.nan)
     k = values.float() * scales.unsqueeze(-1)                                           # [B, n, D]
     scores = torch.relu(torch.bmm(q.float().reshape(p.batch, -1, p.head_dim), k.transpose(1, 2)))  # [B, j*H, n]
     scores = scores.view(p.batch, p.next_n, p.heads, n)

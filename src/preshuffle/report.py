@@ -3,6 +3,8 @@ rows included (measured in the same run). Torch-free: it needs the file and the 
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import json
 import math
 from pathlib import Path
@@ -14,11 +16,64 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 BASE = "block64-normal"  # DeepGEMM's cache: where every implementation meets
 
 
+# Keys whose numbers (and every number under them) are times or shares: a negative or NaN one is no measurement.
+MEASURED_KEYS = ("us", "pct_copy", "gb_per_s", "max_rel_error", "calc_diff", "copy_bytes_per_s")
+
+
+def _measured(key) -> bool:
+    return isinstance(key, str) and (key in MEASURED_KEYS or key.endswith("_us"))
+
+
+def check_record(record, source: str = "record"):
+    """``record`` once its measurements are checked: every number under a key of :data:`MEASURED_KEYS` or ending
+    in ``_us`` must be finite and >= 0. ValueError names ``source`` (the file) and the number's key path."""
+    if not isinstance(record, (dict, list)):
+        raise ValueError(f"{source} must hold a JSON object of results, got {type(record).__name__}")
+    stack = [(record, "", False)]
+    while stack:
+        value, path, measured = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k), measured or _measured(k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]", measured) for i, v in enumerate(value))
+        elif (measured and isinstance(value, (int, float)) and not isinstance(value, bool)
+              and not (math.isfinite(value) and value >= 0)):
+            raise ValueError(f"{source}: {path} is {value}, but a time or share must be finite and >= 0")
+    return record
+
+
 def load(path: str | Path = RESULTS / "h200.json") -> dict:
-    with open(path) as f:
-        return json.load(f)
+    """A results file, its measurements checked (:func:`check_record`); ValueError names a file that is not JSON."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a results file (JSON): {error}") from None
+    return check_record(record, str(path))
 
 
+_READING = contextvars.ContextVar("reading", default=False)
+
+
+def _reader(fn):
+    """A reader of a record (its first argument): the record is checked once, by the outermost reader, and a key it
+    lacks is named (a KeyError would say only 'rows')."""
+    @functools.wraps(fn)
+    def read(record, *args, **kwargs):
+        if _READING.get():
+            return fn(record, *args, **kwargs)
+        check_record(record)
+        token = _READING.set(True)
+        try:
+            return fn(record, *args, **kwargs)
+        except KeyError as missing:
+            raise ValueError(f"the record lacks the key {missing.args[0]!r}, which {fn.__name__} reads") from None
+        finally:
+            _READING.reset(token)
+    return read
+
+
+@_reader
 def find(record: dict, shape: Shape, **match) -> dict | None:
     """The timed row of ``shape`` whose fields equal ``match`` (kernel, precision, variant, timing, ...); rows of
     the launch rule win over split sweeps and ladder steps. None when the run has none."""
@@ -29,6 +84,7 @@ def find(record: dict, shape: Shape, **match) -> dict | None:
     return found[0] if found else None
 
 
+@_reader
 def shapes(record: dict) -> list[Shape]:
     """The shapes of a run, in the order they were measured."""
     return list(dict.fromkeys(Shape(**r["shape"]) for r in record["rows"]))
@@ -57,6 +113,7 @@ def _div(a: dict | None, b: dict | None, key: str = "us") -> float | None:
     return a[key] / b[key] if a and b else None
 
 
+@_reader
 def summary(record: dict) -> list[dict]:
     """One row per shape: our fp8 and exact paths on DeepGEMM's cache beside DeepGEMM (or DeepGEMM on the flattened
     rows, for next_n = 3), the other caches against it, the eager call and the PyTorch baseline."""
@@ -84,6 +141,7 @@ def summary(record: dict) -> list[dict]:
     return out
 
 
+@_reader
 def ladder(record: dict, shape: Shape, chapter: int = 5) -> list[dict]:
     """Chapter 3's or chapter 5's steps on ``shape``, in the order they were measured: step name, kernel, precision,
     time, share of the copy ceiling, error, and nanoseconds per visible logit (the one figure that compares the
@@ -118,12 +176,14 @@ def format_step(ladders: dict[Shape, list[dict]], step: str) -> str:
     return "\n".join(lines)
 
 
+@_reader
 def splits(record: dict, shape: Shape) -> dict[int, float]:
     """Programs per SM -> time of the Hopper kernel's fp8 path on DeepGEMM's cache (the launch rule's sweep)."""
     return {r["programs_per_sm"]: r["us"] for r in record["rows"] if "programs_per_sm" in r and "us" in r
             and Shape(**r["shape"]) == shape}
 
 
+@_reader
 def clean_l2(record: dict) -> list[dict]:
     """Each shape timed with a clean-L2 flush: ours and DeepGEMM, beside the default (dirty) flush."""
     out = []
@@ -137,6 +197,7 @@ def clean_l2(record: dict) -> list[dict]:
     return out
 
 
+@_reader
 def best_splits(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
     """The fastest split of every configuration on every shape and cache of a launch sweep
     (``benchmarks/tune.py``'s rows): ``{(shape label, variant, configuration as JSON): row}``."""
@@ -148,6 +209,7 @@ def best_splits(rows: list[dict]) -> dict[tuple[str, str, str], dict]:
     return best
 
 
+@_reader
 def gather_costs(rows: list[dict]) -> list[dict]:
     """Block 1 (gathered) against 64-token pages (TMA) in a launch sweep with both (results/h200-gather-sweep.json):
     per shape, the fastest fp8 launch of each, and their ratio. Rows of an experimental loader are left out."""
@@ -161,6 +223,7 @@ def gather_costs(rows: list[dict]) -> list[dict]:
             for (shape, variant), us in best.items() if variant == "block1" and (shape, BASE) in best]
 
 
+@_reader
 def page_read_costs(record: dict) -> list[dict]:
     """A ``benchmarks/page_read.py`` run (results/h200-page-read.json): per shape, what each cache costs the page-read
     floor and the kernel against 64-token pages, the kernel's time over its floor on each cache, and block 1's floor
@@ -198,11 +261,13 @@ def format_page_read(costs: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@_reader
 def host_us(record: dict) -> dict[Shape, float]:
     """Host time of one unchecked call, per shape measured."""
     return {Shape(**h["shape"]): h["us"] for h in record.get("host_us", [])}
 
 
+@_reader
 def host_time_summary(record: dict) -> list[dict]:
     """A ``benchmarks/host_time.py`` run (results/h200-host-time.json): per shape and process state (fresh, and after
     each of the timings the benchmark runs first), the median, least and most of each part over the repeats, and
@@ -364,6 +429,7 @@ def format_ladder(steps: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@_reader
 def targets(record: dict) -> list[dict]:
     """The targets of docs/performance.md, each with the run's numbers and whether the run meets it."""
     rows = {r["shape"]: r for r in summary(record)}
@@ -412,6 +478,7 @@ PR_51216_MI355X_US = {1: 28.53, 16: 7.84}
 COST_SHAPE = Shape(64, 1, 8192)
 
 
+@_reader
 def variant_time(record: dict, shape: Shape, block_size: int, layout: str = "normal", precision: str = "fp8"):
     """Median microseconds of our kernel (what the entry point runs) at ``shape`` on this cache and precision,
     under the launch rule; None when the run did not measure that combination."""
@@ -438,6 +505,7 @@ def kernel_costs(negotiation, record: dict) -> dict:
             "bars": [{"kernel_block_size": k, "us": measured.get(k), "negotiated": k == chosen} for k in sizes]}
 
 
+@_reader
 def nearest_shape(record: dict, batch: int, avg_ctx: int, next_n: int) -> Shape:
     """The measured shape closest to the asked one: same next_n where one exists, then the smallest distance
     in (log2 batch, log2 context); ties go to the shape measured first."""
@@ -454,6 +522,7 @@ def nearest_shape(record: dict, batch: int, avg_ctx: int, next_n: int) -> Shape:
     return min(measured, key=distance)
 
 
+@_reader
 def workload_bars(record: dict, batch: int, avg_ctx: int, next_n: int, block_size: int, layout: str,
                   precision: str) -> tuple[Shape, list[dict]]:
     """The bars of the workload explorer: ``(nearest measured shape, bars)``.

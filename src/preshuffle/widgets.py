@@ -11,6 +11,7 @@ import ipywidgets as widgets
 from IPython.display import Image, display
 
 from . import benchmark, decode_model, device, plots, report, topk_report
+from .arguments import int_in_range
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
 from .plots import CACHE_LINE
@@ -35,6 +36,13 @@ class Explorer(widgets.interactive):
             super().update(*args)
 
 
+def _choice(value, options, name: str):
+    """``value`` if it is one of ``options`` (what a control offers); else ValueError naming ``name``."""
+    if not any(value == option and type(value) is type(option) for option in options):
+        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+    return value
+
+
 def show_figure(fig) -> None:
     """Display ``fig`` as the PNG bytes ``plots.png_bytes`` renders."""
     display(Image(data=plots.png_bytes(fig), format="png"))
@@ -43,7 +51,7 @@ def show_figure(fig) -> None:
 def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0], record: dict | None = None):
     """Draw what ``--block-size`` negotiates, which indexer kernel runs and what it costs (costs on CUDA from
     ``record``, the committed H200 results by default), print the same as text; return the Negotiation."""
-    result = negotiate(block_size, platform, before_pr=pr == PR_STATES[1])
+    result = negotiate(block_size, platform, before_pr=_choice(pr, PR_STATES, "pr") == PR_STATES[1])
     show_figure(plots.negotiation_decision_plot(result, report.kernel_costs(result, record or report.load())))
     print(format_negotiation(result))
     return result
@@ -51,6 +59,9 @@ def show_negotiation(block_size: int = 16, platform: str = "rocm", pr: str = PR_
 
 def negotiation_explorer(block_size: int = 16, platform: str = "rocm", pr: str = PR_STATES[0]):
     """A ``--block-size`` slider with platform and before/after toggles."""
+    _choice(block_size, MANAGER_BLOCK_SIZES, "block_size")
+    _choice(platform, ("rocm", "cuda"), "platform")
+    _choice(pr, PR_STATES, "pr")
     return Explorer(
         show_negotiation,
         block_size=widgets.SelectionSlider(options=MANAGER_BLOCK_SIZES, value=block_size,
@@ -108,8 +119,9 @@ def format_lane_vector(r: dict) -> str:
 
 
 def show_lane_vector(block_size: int = 16, token: int = 3, dim: int = 37) -> dict:
-    """Draw both layouts' bytes of the value's 16 lanes, print where they are; return the lane_vector report."""
-    lanes = lane_vector(min(token, block_size - 1), dim, block_size)
+    """Draw both layouts' bytes of the value's 16 lanes, print where they are; return the lane_vector report (a
+    token outside the block is refused, not moved to its last token: the explorer's slider keeps inside it)."""
+    lanes = lane_vector(token, dim, block_size)
     show_figure(plots.lane_bytes_plot(lanes))
     print(format_lane_vector(lanes))
     return lanes
@@ -117,6 +129,9 @@ def show_lane_vector(block_size: int = 16, token: int = 3, dim: int = 37) -> dic
 
 def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
     """Block size (multiples of 16), token and dim sliders; the token slider follows the block size."""
+    _choice(block_size, range(16, 257, 16), "block_size")
+    int_in_range(token, "token", 0, block_size)
+    int_in_range(dim, "dim", 0, 128)
     size = widgets.SelectionSlider(options=list(range(16, 257, 16)), value=block_size, description="block size",
                                    continuous_update=False)
     tok = widgets.IntSlider(min=0, max=block_size - 1, value=token, description="token", continuous_update=False)
@@ -175,6 +190,10 @@ def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, var
                       precision: str = "exact", record: dict | None = None):
     """Batch, context, next_n, cache variant and precision controls over the committed results (``record``);
     on a GPU a button measures the chosen point live and adds it to the figure."""
+    for value, options, name in ((batch, BATCHES, "batch"), (avg_ctx, [v for _, v in CONTEXTS], "avg_ctx"),
+                                 (next_n, NEXT_NS, "next_n"), (variant, list(VARIANTS.values()), "variant"),
+                                 (precision, PRECISIONS, "precision")):
+        _choice(value, options, name)
     live: dict = {}
     w = Explorer(
         show_workload,
@@ -267,6 +286,9 @@ def decode_step_explorer(batch: int = 4, context: int = 2 ** 16, setup: str = ne
                          record: dict | None = None):
     """Batch and context sliders and a setup toggle over the decode-step model, with the committed top-k run
     (``record``, None where none is committed) beside it."""
+    for value, options, name in ((batch, STEP_BATCHES, "batch"), (context, [v for _, v in STEP_CONTEXTS], "context"),
+                                 (setup, list(STEP_SETUPS), "setup")):
+        _choice(value, options, name)
     return Explorer(
         show_decode_step,
         batch=widgets.SelectionSlider(options=STEP_BATCHES, value=batch, description="batch", continuous_update=False),

@@ -12,8 +12,9 @@ import dataclasses
 import torch
 
 from .. import device
-from ..contract import check_inputs, check_output_options, output_tensor
-from .launch import HopperConfig, LaunchConfig, default_config, dot_precision, hopper_config
+from ..arguments import positive_int
+from ..contract import byte_span, check_inputs, check_output_options, output_tensor, refuse_overlap
+from .launch import HopperConfig, LaunchConfig, default_config, dot_precision, gathers, hopper_config
 from .portable import portable_paged_mqa_logits
 
 __all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
@@ -38,26 +39,43 @@ _MAX_LAUNCHES = 64
 class _Kept:
     """A launch kept for unchecked calls: its guard over the tensors of the call that compiled it, one zero of the
     output's type broadcast to the output's shape (``torch.empty_like`` of it is a new output: 1.8-2.1 us of host
-    time on the H200's host against 2.5 for ``torch.empty`` with the sizes; docs/kernel-design.md, "Designs tried"), and
-    the output's row stride, which the launch holds."""
+    time on the H200's host against 2.5 for ``torch.empty`` with the sizes; docs/kernel-design.md, "Designs tried"),
+    the output's row stride, which the launch holds, and the byte spans an ``out`` must not overlap: the cache's, and
+    the lengths of the other inputs' (the guard fixes their sizes)."""
 
-    __slots__ = ("guard", "launch", "output", "row_stride")
+    __slots__ = ("guard", "launch", "output", "row_stride", "cache_span", "lengths", "out_bytes")
 
-    def __init__(self, guard, launch, output: torch.Tensor, row_stride: int):
+    def __init__(self, guard, launch, output: torch.Tensor, row_stride: int, kv_cache: torch.Tensor, inputs: tuple):
         self.guard, self.launch, self.output, self.row_stride = guard, launch, output, row_stride
+        self.cache_span = byte_span(kv_cache)
+        self.lengths = tuple(end - first for first, end in map(byte_span, inputs))
+        rows, length = output.shape
+        self.out_bytes = ((rows - 1) * row_stride + length) * output.element_size()
 
     def __call__(self, q, weights, context_lens, block_tables, out) -> torch.Tensor | None:
         """Launch for a call whose tensors passed the guard and return its output, or None where an address is off
-        the 16-byte grid or the output's rows lie another stride apart (the call then takes the checked path)."""
-        if out is None:
-            out = self.new_output()
-        else:
+        the 16-byte grid, the output's rows lie another stride apart or a given ``out`` overlaps an input (the call
+        then takes the checked path, which names it)."""
+        given = out is not None
+        if given:
             out = output_tensor(out, self.output.shape, q.device, self.output.dtype)
+        else:
+            out = self.new_output()
         addresses = self.addresses(q, weights, context_lens, block_tables, out)
-        if addresses is None or out.stride(0) != self.row_stride:
+        if addresses is None or out.stride(0) != self.row_stride or given and self.overlaps(addresses):
             return None
         self.launch(*addresses)
         return out
+
+    def overlaps(self, addresses: tuple[int, ...]) -> bool:
+        """Whether the output at ``addresses[-1]`` overlaps the cache or the inputs at the other addresses (written
+        out, not looped: this runs on every unchecked call given an ``out``)."""
+        a, b, c, d, e = addresses
+        na, nb, nc, nd = self.lengths
+        end = e + self.out_bytes
+        lo, hi = self.cache_span
+        return ((e < hi and lo < end) or (e < a + na and a < end) or (e < b + nb and b < end)
+                or (e < c + nc and c < end) or (e < d + nd and d < end))
 
     def new_output(self) -> torch.Tensor:
         return torch.empty_like(self.output)
@@ -74,6 +92,8 @@ def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=N
                layout: str = "normal") -> str:
     """Which kernel a call runs here: "hopper" on an sm90 GPU for the dimensions and layout it takes (unless a
     portable :class:`LaunchConfig` is given), else "portable"."""
+    for value, name in ((block_size, "block_size"), (heads, "heads"), (head_dim, "head_dim"), (next_n, "next_n")):
+        positive_int(value, name)
     if isinstance(config, LaunchConfig) or not device.current_support().hopper:
         return "portable"
     from .hopper import supports
@@ -129,9 +149,15 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     cache or the table (:func:`preshuffle.contract.unreadable_positions`). Repeated unchecked calls of the same
     dimensions skip the other checks too and launch the compiled Hopper kernel directly. ``out``, a
     ``[B * next_n, max_model_len]`` tensor of ``logits_dtype`` (its rows contiguous, and may be padded), receives the
-    result instead of a new one; every element is written unless ``clean_logits`` is False."""
-    # A key compares 1 equal to True: an option that is not a bool takes the checks, which refuse it.
-    keep = not check_values and TensorGuards is not None and (clean_logits is True or clean_logits is False)
+    result instead of a new one; every element is written unless ``clean_logits`` is False. It must not overlap any
+    input's bytes (checked or not: ValueError names the input).
+
+    Non-finite and non-positive inputs (docs/input-contract.md): a NaN in q, the cache's fp8 values or the weights
+    gives NaN at every logit it enters; a scale that is not finite and positive at a position a row reads is refused
+    by a checked call (naming its block and token) and gives NaN at that position unchecked."""
+    # A key compares 1 equal to True: an option that is not a bool takes the checks, which refuse it (so does a
+    # check_values of 0, which would otherwise skip them).
+    keep = check_values is False and TensorGuards is not None and (clean_logits is True or clean_logits is False)
     if keep:
         try:  # the caller's arguments, unchecked
             key = _launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits, logits_dtype)
@@ -158,7 +184,17 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     kernel = kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config, layout=layout)
     if kernel == "portable" and isinstance(config, HopperConfig):
         raise ValueError("a HopperConfig needs an sm90 GPU; this process runs the portable kernel")
+    # The kernels read the scales as fp32 words, and TMA copies from 16-byte aligned addresses only.
+    alignment = 16 if kernel == "hopper" and not gathers(dims.block_size) else 4
+    if kv_cache.data_ptr() % alignment:
+        raise ValueError(f"kv_cache must start on a {alignment}-byte boundary for the {kernel} kernel, got address "
+                         f"{kv_cache.data_ptr():#x} (storage offset {kv_cache.storage_offset()} bytes): pass "
+                         f"kv_cache.clone()")
+    given = out is not None
     out = output_tensor(out, (dims.batch * dims.next_n, max_model_len), q.device, logits_dtype)
+    if given:
+        refuse_overlap(out, q=q, kv_cache=kv_cache, weights=weights, context_lens=context_lens,
+                       block_tables=block_tables)
     if kernel == "portable":
         config = config or default_config(dims.batch, max_model_len)
         if precision == "exact" and not support.fp8_types:
@@ -183,5 +219,6 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
             _LAUNCHES.clear()
         guard = TensorGuards(q, kv_cache, weights, context_lens, block_tables, dynamic_dims_sizes=None,
                              dynamic_dims_strides=None)
-        _LAUNCHES[key] = _Kept(guard, launch, out.new_zeros(()).expand(out.shape), out.stride(0))
+        _LAUNCHES[key] = _Kept(guard, launch, out.new_zeros(()).expand(out.shape), out.stride(0), kv_cache,
+                               contiguous)
     return out

@@ -36,7 +36,8 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   whether rows get warpgroups of their own.
 
 Every position of the output row is written: logits where the row may see the position, -inf past that, NaN
-where the block id is invalid (the same contract as the portable kernel); unless ``CLEAN`` is off (DeepGEMM's
+where the block id is invalid or the scale is not finite and positive, and wherever a NaN in q or a key enters
+(the same contract as the portable kernel, docs/input-contract.md); unless ``CLEAN`` is off (DeepGEMM's
 ``clean_logits=False``), which skips the -inf fill past the context. Logits are stored in the output's type: fp32,
 or bf16 rounded to nearest even.
 """
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -241,11 +243,15 @@ def _keys(k_smem, a8: gl.constexpr, a16: gl.constexpr, SHUFFLED: gl.constexpr, E
 def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
                  J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr, CTX_2D: gl.constexpr):
     """relu, weights, head sum, scale, masks: the logits [64, GJ] of query rows J0 .. J0+GJ-1, stored."""
-    logits = gl.sum(gl.reshape(gl.maximum(acc, 0.0) * w[None, :], [_CHUNK, GJ, H]), axis=2)
+    # The relu keeps NaN: a NaN in q or in a key is no score of 0.
+    logits = gl.sum(gl.reshape(gl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL) * w[None, :], [_CHUNK, GJ, H]),
+                    axis=2)
     lay: gl.constexpr = logits.type.layout
     pos = first + gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, lay))
     js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
-    # s > 0, so relu(s * x) = s * relu(x): one multiply per position, after the head sum.
+    # s > 0, so relu(s * x) = s * relu(x): one multiply per position, after the head sum. Any other scale is NaN
+    # here, so that its logits are NaN rather than finite and wrong.
+    scale = gl.where((scale > 0.0) & (scale < float("inf")), scale, float("nan"))
     logits = logits * gl.convert_layout(scale, gl.SliceLayout(1, lay))[:, None]
     if CTX_2D:
         visible = gl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)

@@ -17,6 +17,7 @@ import torch
 import triton
 
 from .. import device
+from ..arguments import positive_int
 
 # The portable kernel's MMA: fp8, fp16 on values widened by Triton's e4m3 conversion (sm89 and newer), or fp16 on
 # values decoded with integer instructions (sm80-sm86, where Triton has no e4m3 type).
@@ -37,14 +38,18 @@ class LaunchConfig:
     dot: str = "fp16"
 
     def __post_init__(self):
-        if self.chunk < 16 or self.chunk & (self.chunk - 1):
+        if positive_int(self.chunk, "chunk") < 16 or self.chunk & (self.chunk - 1):
             raise ValueError(f"chunk must be a power of two >= 16, got {self.chunk}")
         if self.dot not in DOT_MODES:
             raise ValueError(f"dot must be one of {DOT_MODES}, got {self.dot!r}")
-        if self.tokens_per_program is not None and (self.tokens_per_program <= 0
-                                                    or self.tokens_per_program % self.chunk):
+        if self.tokens_per_program is not None and (positive_int(self.tokens_per_program, "tokens_per_program")
+                                                    % self.chunk):
             raise ValueError(f"tokens_per_program must be a positive multiple of chunk {self.chunk}, "
                              f"got {self.tokens_per_program}")
+        # Triton takes a power of two of warps, up to a program of 1024 threads, and at least one stage.
+        if positive_int(self.num_warps, "num_warps") > 32 or self.num_warps & (self.num_warps - 1):
+            raise ValueError(f"num_warps must be a power of two in [1, 32], got {self.num_warps}")
+        positive_int(self.num_stages, "num_stages")
 
 
 def dot_precision(dot: str) -> str:
@@ -105,14 +110,17 @@ class HopperConfig:
     row_warpgroups: bool = False
 
     def __post_init__(self):
-        if self.tokens_per_program <= 0 or self.tokens_per_program % CHUNK:
+        if positive_int(self.tokens_per_program, "tokens_per_program") % CHUNK:
             raise ValueError(f"tokens_per_program must be a positive multiple of {CHUNK}, got {self.tokens_per_program}")
-        if not 2 <= self.stages <= 12:
+        if not 2 <= positive_int(self.stages, "stages") <= 12:
             raise ValueError(f"stages must be in [2, 12], got {self.stages}")
         for name in ("maxnreg", "loader_regs"):
             value = getattr(self, name)
-            if value is not None and (value % 8 or not 24 <= value <= 256):
+            if value is not None and (positive_int(value, name) % 8 or not 24 <= value <= 256):
                 raise ValueError(f"{name} must be a multiple of 8 in [24, 256] (setmaxnreg's range), got {value}")
+        if not isinstance(self.row_warpgroups, bool):
+            raise TypeError(f"row_warpgroups must be a bool, got {type(self.row_warpgroups).__name__} "
+                            f"{self.row_warpgroups!r}")
 
 
 def gathers(block_size: int) -> bool:

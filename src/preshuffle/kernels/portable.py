@@ -23,19 +23,23 @@ No input makes the kernel read outside its tensors, checked or not. A row of the
 its width, and a block id outside ``[0, num_blocks)`` is never followed: where a row may see a position whose
 block id is out of range, or whose table entry does not exist (context longer than the table), the logit is NaN
 (a NaN cannot pass for a masked score); positions past a row's visible prefix stay -inf. Inputs that pass the
-host's value checks have no such positions (:func:`preshuffle.contract.unreadable_positions`).
+host's value checks have no such positions (:func:`preshuffle.contract.unreadable_positions`). A scale that is not
+finite and positive gives NaN at its position too (:func:`preshuffle.contract.bad_scale_positions`), and a NaN in q
+or in a key's values gives NaN wherever it enters (docs/input-contract.md).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .. import device  # noqa: F401 (first: sets TRITON_INTERPRET before the kernel below is decorated)
+from .. import device  # first: sets TRITON_INTERPRET before the kernel below is decorated
 from ..contract import CallDims
 from .launch import LaunchConfig, whole_row
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
+device.keep_e4m3_nan_in_the_interpreter()
 
 
 @triton.jit
@@ -110,12 +114,14 @@ def _block_ids(first, index, read_len, b, bt_ptr, bt_stride, num_blocks, BLOCK_S
 @triton.jit
 def _load_scales(first, read_len, b, bt_ptr, bt_stride, num_blocks, scale_ptr, BLOCK_SIZE: tl.constexpr,
                  D: tl.constexpr, CHUNK: tl.constexpr):
-    """fp32 scales of the chunk starting at ``first`` (0 where no real block), through the cache viewed as fp32:
-    token t's scale is word t after its block's B*D value bytes."""
+    """fp32 scales of the chunk starting at ``first``, through the cache viewed as fp32: token t's scale is word t
+    after its block's B*D value bytes. NaN where the scale is not finite and positive, or where no real block."""
     index, t = _chunk_tokens(first, BLOCK_SIZE, CHUNK)
     page, real = _block_ids(first, index, read_len, b, bt_ptr, bt_stride, num_blocks, BLOCK_SIZE, CHUNK)
     words_per_block: tl.constexpr = BLOCK_SIZE * (D + 4) // 4
-    return tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + t, mask=real, other=0.0)
+    s = tl.load(scale_ptr + page * words_per_block + (BLOCK_SIZE * D) // 4 + t, mask=real, other=0.0)
+    # The scale leaves the relu (_score_chunk), which is right for s > 0 only: any other scale makes its logits NaN.
+    return tl.where((s > 0.0) & (s < float("inf")), s, float("nan"))
 
 
 @triton.jit
@@ -167,8 +173,9 @@ def _score_chunk(first, s, q_t, w, visible, read_len, end, b, bt_ptr, bt_stride,
         scores = tl.dot(k.to(tl.float16), q_t, out_dtype=tl.float32)
     else:
         scores = tl.dot(k, q_t, out_dtype=tl.float32)                           # [CHUNK, NEXT_N_PAD*H]
-    # s > 0, so relu(s * x) = s * relu(x): apply the scale once per token, after the head reduction.
-    scores = tl.maximum(scores, 0.0) * w[None, :]
+    # s > 0, so relu(s * x) = s * relu(x): apply the scale once per token, after the head reduction. The relu keeps
+    # NaN (a NaN in q or in a key is no score of 0).
+    scores = tl.maximum(scores, 0.0, propagate_nan=tl.PropagateNan.ALL) * w[None, :]
     logits = tl.sum(tl.reshape(scores, (CHUNK, NEXT_N_PAD, H)), axis=2) * s[:, None]  # [CHUNK, NEXT_N_PAD]
     logits = tl.where(real[:, None], logits, float("nan"))
     ptrs = out_rows + pos[:, None]

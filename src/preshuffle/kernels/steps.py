@@ -27,6 +27,11 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 
+# Every relu of the steps keeps NaN, as the reference's does: a NaN in q or in a key is no score of 0. Steps 2-11
+# are checked calls, which refuse a scale that is not finite and positive; step 1 makes its logit NaN.
+_KEEP_NAN = tl.constexpr(tl.PropagateNan.ALL)
+
+
 @triton.jit
 def _one_block_kernel(q_ptr, block_ptr, scale_ptr, w_ptr, out_ptr,
                       H: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr):
@@ -36,9 +41,10 @@ def _one_block_kernel(q_ptr, block_ptr, scale_ptr, w_ptr, out_ptr,
     q = tl.load(q_ptr + heads[:, None] * D + dims[None, :]).to(tl.float8e4nv, bitcast=True)
     k = tl.load(block_ptr + tok[:, None] * D + dims[None, :]).to(tl.float8e4nv, bitcast=True)
     s = tl.load(scale_ptr + (BLOCK_SIZE * D) // 4 + tok)                  # scales follow the B*D value bytes
+    s = tl.where((s > 0.0) & (s < float("inf")), s, float("nan"))          # no finite wrong logit from a bad scale
     w = tl.load(w_ptr + heads)
     scores = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16)))          # [H, BLOCK_SIZE], exact products
-    scores = tl.maximum(scores * s[None, :], 0.0) * w[:, None]
+    scores = tl.maximum(scores * s[None, :], 0.0, propagate_nan=_KEEP_NAN) * w[:, None]
     tl.store(out_ptr + tok, tl.sum(scores, axis=0))
 
 
@@ -61,7 +67,8 @@ def _tileable_block(block_size: int) -> bool:
 
 def one_block_logits(q_row: torch.Tensor, block: torch.Tensor, weights_row: torch.Tensor) -> torch.Tensor:
     """Step 1: ``q_row`` fp8 ``[H, D]`` against one NORMAL block ``[block_size, 1, D + 4]`` (``kv_cache[n]``), with
-    ``weights_row`` fp32 ``[H]``: fp32 logits ``[block_size]`` for every token of the block."""
+    ``weights_row`` fp32 ``[H]``: fp32 logits ``[block_size]`` for every token of the block, NaN for a token whose
+    scale is not finite and positive (one never written, in a zeroed cache)."""
     for name, t in {"q_row": q_row, "block": block, "weights_row": weights_row}.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
@@ -101,7 +108,7 @@ def _per_block_grid_kernel(q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out
         s = tl.load(scale_ptr + page * (block_bytes // 4) + (BLOCK_SIZE * D) // 4 + tok)
         w = tl.load(w_ptr + b * H + heads)
         scores = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16)))
-        logits = tl.sum(tl.maximum(scores * s[None, :], 0.0) * w[:, None], axis=0)
+        logits = tl.sum(tl.maximum(scores * s[None, :], 0.0, propagate_nan=_KEEP_NAN) * w[:, None], axis=0)
         pos = j * BLOCK_SIZE + tok
         logits = tl.where(pos < ctx, logits, float("-inf"))
         tl.store(out_ptr + b.to(tl.int64) * out_stride + pos, logits)
@@ -193,9 +200,11 @@ def _chunked_kernel(
         else:          # Q @ K^T as in steps 1 and 2 (heads down the accumulator), turned so the rest is shared
             scores = tl.trans(tl.dot(tl.trans(q_t), tl.trans(k), out_dtype=tl.float32))
         if SCALE_AFTER_SUM:  # s > 0, so relu(s x) = s relu(x): one multiply per token, not one per head
-            logits = tl.sum(tl.reshape(tl.maximum(scores, 0.0) * w[None, :], (CHUNK, ROWS, H)), axis=2) * s[:, None]
+            logits = tl.sum(tl.reshape(tl.maximum(scores, 0.0, propagate_nan=_KEEP_NAN) * w[None, :], (CHUNK, ROWS, H)),
+                            axis=2) * s[:, None]
         else:
-            logits = tl.sum(tl.reshape(tl.maximum(scores * s[:, None], 0.0) * w[None, :], (CHUNK, ROWS, H)), axis=2)
+            logits = tl.sum(tl.reshape(tl.maximum(scores * s[:, None], 0.0, propagate_nan=_KEEP_NAN) * w[None, :],
+                                       (CHUNK, ROWS, H)), axis=2)
         logits = tl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
         tl.store(rows_out + pos[:, None], logits, mask=(js < NEXT_N)[None, :] & (pos < end)[:, None])
 
@@ -214,6 +223,9 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
     (the ladder's version 1); ``keys_as_a``, ``scale_after_sum`` and ``scales_ahead`` are version 2's ideas."""
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
     _check_queries("the teaching kernel", q, p.heads, p.head_dim, kv_cache=kv_cache)
+    for name, value in (("keys_as_a", keys_as_a), ("scale_after_sum", scale_after_sum), ("scales_ahead", scales_ahead)):
+        if not isinstance(value, bool):  # a constexpr: "no" would switch the idea on
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
     config = config or default_config(p.batch, max_model_len)
     if config.dot != "fp16":
         raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")

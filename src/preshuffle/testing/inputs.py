@@ -6,7 +6,10 @@ from __future__ import annotations
 import torch
 
 from .. import device as kernel_device
+from ..arguments import non_negative_int, positive_int
 from ..cache import allocate_k_cache, sequence_slots, write_k_cache
+from ..contract import cache_scales
+from ..layout import offset_map
 from ..problem import PagedMQAProblem
 from ..shapes import Shape
 
@@ -47,9 +50,20 @@ def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: 
 
     With ``ctx_2d`` each row j of a sequence gets its own length, ``context_lens[b] - (next_n - 1 - j)`` (never
     below 0), as a speculative-decoding caller would pass. The tensors go to ``device``, by default the one this
-    process's kernels run on (the CPU under the interpreter, else the GPU)."""
-    g = torch.Generator().manual_seed(seed)
-    lens = [int(n) for n in context_lens]
+    process's kernels run on (the CPU under the interpreter, else the GPU). Every size is refused unless it is an
+    int of its range (a float length is not truncated, a ``max_model_len`` of 0 is not the default)."""
+    if isinstance(context_lens, (str, bytes, torch.Tensor)) or not hasattr(context_lens, "__iter__"):
+        raise TypeError(f"context_lens must be a list of ints, got {type(context_lens).__name__}")
+    lens = [non_negative_int(n, f"context_lens[{i}]") for i, n in enumerate(context_lens)]
+    next_n, heads, head_dim, block_size = (positive_int(v, name) for v, name in (
+        (next_n, "next_n"), (heads, "heads"), (head_dim, "head_dim"), (block_size, "block_size")))
+    extra_blocks, spare_columns = (non_negative_int(v, name) for v, name in (
+        (extra_blocks, "extra_blocks"), (spare_columns, "spare_columns")))
+    if max_model_len is not None:
+        max_model_len = positive_int(max_model_len, "max_model_len")
+    if not isinstance(ctx_2d, bool):
+        raise TypeError(f"ctx_2d must be a bool, got {type(ctx_2d).__name__} {ctx_2d!r}")
+    g = torch.Generator().manual_seed(non_negative_int(seed, "seed"))
     batch = len(lens)
     blocks = [-(-n // block_size) for n in lens]
     max_blocks = max(blocks, default=0) + spare_columns
@@ -67,8 +81,8 @@ def random_problem(context_lens, *, next_n: int = 1, heads: int = 64, head_dim: 
         j = torch.arange(next_n)
         ctx = (ctx.unsqueeze(1) - (next_n - 1 - j)).clamp(min=0).to(torch.int32)
     longest = max(lens, default=0)
-    problem = PagedMQAProblem(q, kv_cache, weights, ctx, block_tables, max_model_len or longest + 3, layout,
-                              sum_ctx=sum(lens))
+    problem = PagedMQAProblem(q, kv_cache, weights, ctx, block_tables,
+                              longest + 3 if max_model_len is None else max_model_len, layout, sum_ctx=sum(lens))
     return problem.to(device or kernel_device.KERNEL_DEVICE)
 
 
@@ -107,6 +121,40 @@ def benchmark_problem(shape: Shape, block_size: int, layout: str = "normal", *, 
     weights = torch.randn(shape.batch * shape.next_n, heads, generator=gd, device=dev)
     return PagedMQAProblem(q, kv_cache, weights, ctx.to(torch.int32).to(dev), block_tables.to(dev), int(ctx.max()),
                            layout, sum_ctx=int(ctx.sum()))
+
+
+# Problems with one poisoned input: for the contract on non-finite and non-positive inputs (docs/input-contract.md).
+E4M3_NAN = 0x7F  # e4m3fn's NaN: exponent and mantissa all ones (0xFF is -NaN)
+
+
+def key_record(problem: PagedMQAProblem, sequence: int, position: int) -> tuple[int, int]:
+    """(block id, token in the block) of ``position`` of ``sequence``, through its block table."""
+    block_size = problem.block_size
+    return int(problem.block_tables[sequence, position // block_size]), position % block_size
+
+
+def with_scale(problem: PagedMQAProblem, sequence: int, position: int, scale: float) -> PagedMQAProblem:
+    """``problem`` on a copy of its cache whose scale of ``position`` of ``sequence`` is ``scale``."""
+    kv_cache = problem.kv_cache.clone()
+    block, token = key_record(problem, sequence, position)
+    cache_scales(kv_cache)[block, token] = scale
+    return problem.replace(kv_cache=kv_cache)
+
+
+def with_nan_key(problem: PagedMQAProblem, sequence: int, position: int, dim: int = 0) -> PagedMQAProblem:
+    """``problem`` on a copy of its cache whose key at ``position`` of ``sequence`` holds NaN at ``dim``."""
+    kv_cache = problem.kv_cache.clone()
+    block, token = key_record(problem, sequence, position)
+    offset = offset_map(problem.block_size, problem.head_dim, problem.layout)[token, dim]
+    kv_cache.view(problem.num_blocks, -1)[block, offset] = E4M3_NAN
+    return problem.replace(kv_cache=kv_cache)
+
+
+def with_nan_query(problem: PagedMQAProblem, sequence: int, row: int, head: int, dim: int = 0) -> PagedMQAProblem:
+    """``problem`` with a NaN at ``dim`` of query ``head`` of row ``row`` of ``sequence``."""
+    q = problem.q.clone()
+    q.view(torch.uint8)[sequence, row, head, dim] = E4M3_NAN
+    return problem.replace(q=q)
 
 
 def misaligned_copy(t: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .. import device
-from ..contract import kv_lengths, unreadable_positions
+from ..contract import bad_scale_positions, cache_scales, kv_lengths, unreadable_positions, valid_scales
 from ..problem import PagedMQAProblem
 from ..reference import reference_and_magnitude
 
@@ -76,18 +76,32 @@ def check_logits(out: torch.Tensor, problem: PagedMQAProblem) -> dict:
     return compare_logits(out, *problem.call(reference_and_magnitude))
 
 
+def with_valid_scales(problem: PagedMQAProblem) -> PagedMQAProblem:
+    """``problem`` on a copy of its cache whose scales that are not finite and positive are 1: what the reference
+    (which refuses such scales where it reads them) can compute the other logits of an unchecked call from."""
+    kv_cache = problem.kv_cache.clone()
+    scales = cache_scales(kv_cache)
+    scales.masked_fill_(~valid_scales(scales), 1.0)
+    return problem.replace(kv_cache=kv_cache)
+
+
 def check_unchecked_logits(out: torch.Tensor, problem: PagedMQAProblem, context_lens: torch.Tensor,
                            block_tables: torch.Tensor) -> dict:
     """How an unchecked call (``check_values=False``) on ``problem`` with bad ``context_lens`` or
-    ``block_tables`` in place of its own did: ``nan_exact`` when ``out`` is NaN exactly at
-    :func:`~preshuffle.contract.unreadable_positions` (``nan`` of them), and elsewhere :func:`compare_logits`
+    ``block_tables`` in place of its own did (pass ``problem``'s own to judge a call on its cache's scales and its
+    NaNs alone): ``nan_exact`` when ``out`` is NaN exactly where the contract puts NaN (``nan`` of them), at
+    :func:`~preshuffle.contract.unreadable_positions`, at :func:`~preshuffle.contract.bad_scale_positions` and
+    wherever the reference is NaN (a NaN in q, the keys or the weights), and elsewhere :func:`compare_logits`
     against the float64 reference over the keys that call can read: ``problem``'s valid tables, each row's
     length cut to what its bad table row holds."""
     nan = unreadable_positions(context_lens, block_tables, problem.num_blocks, problem.block_size, problem.next_n,
                                problem.max_model_len)
+    nan |= bad_scale_positions(problem.kv_cache, context_lens, block_tables, problem.next_n, problem.max_model_len)
     readable = kv_lengths(context_lens, problem.next_n).clamp(max=block_tables.shape[1] * problem.block_size)
-    ref, magnitude = problem.replace(context_lens=readable.to(torch.int32)).call(reference_and_magnitude)
-    verdict = compare_logits(torch.where(nan, ref.to(out.dtype), out), ref, magnitude)
+    ref, magnitude = with_valid_scales(problem.replace(context_lens=readable.to(torch.int32))).call(
+        reference_and_magnitude)
+    nan = nan.to(out.device) | torch.isnan(ref).to(out.device)
+    verdict = compare_logits(*(torch.where(nan, 0.0, t.to(out.device)) for t in (out, ref, magnitude)))
     return {**verdict, "nan_exact": bool(torch.equal(torch.isnan(out), nan)), "nan": int(nan.sum())}
 
 
