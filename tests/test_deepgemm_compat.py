@@ -180,14 +180,16 @@ def test_an_output_the_device_cannot_hold_is_refused_before_it_is_allocated(prob
                                     dg.get_paged_mqa_logits_metadata(context_lens, 64, 4), too_long)
 
 
-CASES = deepgemm_checks.CPU_CASES if device.INTERPRETED else deepgemm_checks.SM90_CASES + deepgemm_checks.OUR_CASES
+# Every SM90 case DeepGEMM enumerates (batches of 256 and 4096, contexts to 64K) runs on a GPU in
+# benchmarks/deepgemm_test_gpu.py, beside DeepGEMM itself on the same inputs; the suite keeps to sizes it can
+# repeat on every run.
+CASES = deepgemm_checks.CPU_CASES if device.INTERPRETED else deepgemm_checks.CPU_CASES + deepgemm_checks.OUR_CASES
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.label)
 def test_deepgemms_own_test_passes_on_this_module(case):
-    """DeepGEMM's test_paged_mqa_logits, its inputs, checks and tolerances, on this module: here its small cases
-    (Triton's interpreter) or, on a GPU, every SM90 case DeepGEMM enumerates and ours (next_n 3 and 4, 16-token
-    natural and preshuffled pages)."""
+    """DeepGEMM's test_paged_mqa_logits, its inputs, checks and tolerances, on this module: its small cases, and
+    on a GPU ours too (next_n 3 and 4, 16-token natural and preshuffled pages)."""
     inputs = deepgemm_checks.paged_inputs(case, seed=CASES.index(case), device=DEV)
     verdict = deepgemm_checks.check(deepgemm_checks.call_of(dg, inputs), inputs)
     assert verdict["passed"], verdict
