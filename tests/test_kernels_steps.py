@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from preshuffle import contract, device
-from preshuffle.kernels import LaunchConfig
+from preshuffle.kernels import LaunchConfig, steps
 from preshuffle.kernels.steps import chunked_logits, one_block_logits, per_block_grid_logits, portable_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref, logits_magnitude
 from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale
@@ -158,3 +158,23 @@ def test_the_steps_give_nan_wherever_a_nan_in_q_or_a_key_enters(problem, step):
 def test_chunked_logits_refuses_a_switch_that_is_no_bool(problem, switch):
     with pytest.raises(TypeError, match=f"^{switch} must be a bool, got str 'no'$"):
         problem.call(chunked_logits, **{switch: "no"})
+
+
+def test_checked_launch_checks_once_and_launches_the_same_logits_again():
+    problem = random_problem([70, 5, 33], heads=16, block_size=16, seed=12)
+    for step, options in ((steps.per_block_grid_logits, {}), (steps.chunked_logits, {"keys_as_a": True})):
+        launch = steps.checked_launch(step, *problem.args, layout=problem.layout, **options)
+        first = launch()
+        assert_bitwise_equal(first, problem.call(step, **options))
+        assert_bitwise_equal(launch(), first)
+        assert launch() is not first  # a new output each launch
+
+
+def test_checked_launch_refuses_another_function_and_bad_values_at_the_check():
+    problem = random_problem([40], heads=16, block_size=16, seed=13)
+    with pytest.raises(ValueError, match="step must be per_block_grid_logits or chunked_logits"):
+        steps.checked_launch(steps.portable_logits, *problem.args)
+    bad = problem.block_tables.clone()
+    bad[0, 0] = problem.num_blocks  # outside the cache
+    with pytest.raises(ValueError, match="block"):
+        steps.checked_launch(steps.chunked_logits, *problem.replace(block_tables=bad).args)

@@ -24,7 +24,7 @@ import torch
 from . import deepgemm
 from .kernels import HopperConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, hopper_config, whole_row
-from .kernels.steps import chunked_logits, per_block_grid_logits
+from .kernels.steps import checked_launch, chunked_logits, per_block_grid_logits
 from .kernels.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
 from .problem import PagedMQAProblem
@@ -139,10 +139,11 @@ def chapter3_ladder(problem: PagedMQAProblem) -> list[tuple[str, str, object, bo
     chapter measures the scalar loops (:func:`loops_step`) and vectorised PyTorch in float64 and fp32; chapter 5's
     ladder starts where this one ends."""
     def chunked(**switches):
-        return lambda: problem.call(chunked_logits, **switches)
+        return checked_launch(chunked_logits, *problem.args, layout=problem.layout, **switches)
 
     return [
-        ("Triton: a program per (sequence, block)", "steps", lambda: problem.call(per_block_grid_logits), True),
+        ("Triton: a program per (sequence, block)", "steps",
+         checked_launch(per_block_grid_logits, *problem.args, layout=problem.layout), True),
         ("a program walks its row in chunks", "steps", chunked(), True),
         ("keys as the MMA's A operand", "steps", chunked(keys_as_a=True), True),
         ("the scale after the head sum", "steps", chunked(keys_as_a=True, scale_after_sum=True), True),

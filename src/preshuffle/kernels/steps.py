@@ -116,6 +116,10 @@ def _per_block_grid_kernel(q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out
 
 def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
     """Step 2: one program per (sequence, block), natural layout, next_n = 1, 1-D context lengths."""
+    return _per_block_grid_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=layout)()
+
+
+def _per_block_grid_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
     _check_queries("step 2's kernel", q, p.heads, p.head_dim, kv_cache=kv_cache)
     if p.next_n != 1 or p.ctx_2d or not _tileable_block(p.block_size) or layout != "normal":
@@ -123,12 +127,15 @@ def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_
                          f"one tile) and the normal layout only, got next_n {p.next_n}, {context_lens.dim()}-D "
                          f"context_lens, block size {p.block_size}, layout {layout!r}")
     width = p.max_blocks * p.block_size  # the grid covers whole blocks; the row is cut to max_model_len after
-    out = torch.full((p.batch, max(width, max_model_len)), -math.inf, dtype=torch.float32, device=q.device)
-    _per_block_grid_kernel[(p.batch, p.max_blocks)](
-        q.contiguous().view(torch.uint8), kv_cache, kv_cache.view(torch.float32), weights.contiguous(),
-        context_lens, block_tables.contiguous(), out, block_tables.stride(0), out.stride(0),
-        H=p.heads, D=p.head_dim, BLOCK_SIZE=p.block_size)
-    return out[:, :max_model_len]
+    q8, w, tables = q.contiguous().view(torch.uint8), weights.contiguous(), block_tables.contiguous()
+
+    def launch():
+        out = torch.full((p.batch, max(width, max_model_len)), -math.inf, dtype=torch.float32, device=q.device)
+        _per_block_grid_kernel[(p.batch, p.max_blocks)](
+            q8, kv_cache, kv_cache.view(torch.float32), w, context_lens, tables, out, tables.stride(0), out.stride(0),
+            H=p.heads, D=p.head_dim, BLOCK_SIZE=p.block_size)
+        return out[:, :max_model_len]
+    return launch
 
 
 @triton.jit
@@ -221,6 +228,13 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
     chunks of ``config.chunk`` with all next_n query rows in one tile; any block size, either layout, 1-D or 2-D
     context lengths. With every switch off it computes ``Q @ K^T`` and scales before the head reduction
     (the ladder's version 1); ``keys_as_a``, ``scale_after_sum`` and ``scales_ahead`` are version 2's ideas."""
+    return _chunked_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=layout,
+                           config=config, keys_as_a=keys_as_a, scale_after_sum=scale_after_sum,
+                           scales_ahead=scales_ahead)()
+
+
+def _chunked_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
+                    config: LaunchConfig | None = None, keys_as_a=False, scale_after_sum=False, scales_ahead=False):
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
     _check_queries("the teaching kernel", q, p.heads, p.head_dim, kv_cache=kv_cache)
     for name, value in (("keys_as_a", keys_as_a), ("scale_after_sum", scale_after_sum), ("scales_ahead", scales_ahead)):
@@ -230,20 +244,33 @@ def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_l
     if config.dot != "fp16":
         raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")
     run = config.tokens_per_program or whole_row(max_model_len, config.chunk)
-    # NaN, not empty: an element the kernel failed to write cannot pass for a logit.
-    out = torch.full((p.batch * p.next_n, max_model_len), math.nan, dtype=torch.float32, device=q.device)
-    if out.numel() == 0:
+    q8, w, lens, tables = (q.contiguous().view(torch.uint8), weights.contiguous(), context_lens.contiguous(),
+                           block_tables.contiguous())
+
+    def launch():
+        # NaN, not empty: an element the kernel failed to write cannot pass for a logit.
+        out = torch.full((p.batch * p.next_n, max_model_len), math.nan, dtype=torch.float32, device=q.device)
+        if out.numel() == 0:
+            return out
+        _chunked_kernel[(p.batch, triton.cdiv(max_model_len, run))](
+            q8, w, lens, kv_cache, kv_cache.view(torch.float32), tables, tables.stride(0),
+            out, out.stride(0), max_model_len, run,
+            NEXT_N=p.next_n, ROWS=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
+            BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk,
+            KEYS_AS_A=keys_as_a, SCALE_AFTER_SUM=scale_after_sum, SCALES_AHEAD=scales_ahead,
+            num_warps=config.num_warps, num_stages=config.num_stages)
         return out
-    block_tables = block_tables.contiguous()
-    _chunked_kernel[(p.batch, triton.cdiv(max_model_len, run))](
-        q.contiguous().view(torch.uint8), weights.contiguous(), context_lens.contiguous(),
-        kv_cache, kv_cache.view(torch.float32), block_tables, block_tables.stride(0),
-        out, out.stride(0), max_model_len, run,
-        NEXT_N=p.next_n, ROWS=triton.next_power_of_2(p.next_n), H=p.heads, D=p.head_dim,
-        BLOCK_SIZE=p.block_size, SHUFFLED=layout == "shuffle", CTX_2D=p.ctx_2d, CHUNK=config.chunk,
-        KEYS_AS_A=keys_as_a, SCALE_AFTER_SUM=scale_after_sum, SCALES_AHEAD=scales_ahead,
-        num_warps=config.num_warps, num_stages=config.num_stages)
-    return out
+    return launch
+
+
+def checked_launch(step, q, kv_cache, weights, context_lens, block_tables, max_model_len, **options):
+    """Step 2's or steps 3-7's call (``step``: :func:`per_block_grid_logits` or :func:`chunked_logits`) on inputs
+    checked once, values included, as a function of no arguments that launches the kernel again: what a CUDA graph
+    captures to time a step, with no host sync inside. The inputs must not change after the check."""
+    launches = {per_block_grid_logits: _per_block_grid_launch, chunked_logits: _chunked_launch}
+    if step not in launches:
+        raise ValueError(f"step must be per_block_grid_logits or chunked_logits, got {step!r}")
+    return launches[step](q, kv_cache, weights, context_lens, block_tables, max_model_len, **options)
 
 
 def portable_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
