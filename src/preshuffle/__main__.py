@@ -67,9 +67,19 @@ def _results(args) -> int:
 
     if args.file and len(args.file) > 1:
         print(report.builds_table([report.load(path) for path in args.file]))
+    elif args.file:
+        print(report.results_table(report.load(args.file[0])))
     else:
-        print(report.results_table(report.load(args.file[0]) if args.file else report.load()))
+        print(report.results_table(*committed_results()))
     return 0
+
+
+def committed_results() -> tuple:
+    """The README's table's inputs: the committed run, nv_dev's run and the top-k run (``results/``)."""
+    from . import report, topk_report
+
+    topk = {r["shape"]: (r["ours_us"], r["vllm_best_us"]) for r in topk_report.summary(topk_report.load())}
+    return report.load(), report.load(report.RESULTS / "h200-nvdev.json"), topk
 
 
 class _VersionAction(argparse.Action):

@@ -321,27 +321,43 @@ def _ratio(value) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
-def results_table(record: dict) -> str:
+def results_table(record: dict, nv_dev: dict | None = None, topk: dict | None = None) -> str:
     """The headline results as a Markdown table, one row per shape of the run: our fp8 path on DeepGEMM's cache beside
-    DeepGEMM in the same run (flattened rows where its kernel does not take next_n), its share of the copy ceiling,
-    the exact path, and what 16-token preshuffled pages cost against 64-token ones. ``python -m preshuffle results``
-    prints it, and the README holds its output."""
-    lines = ["| B, next_n, ctx | ours fp8 (us) | DeepGEMM (us) | ours / DeepGEMM | % of copy ceiling | exact / DeepGEMM "
-             "| 16-token preshuffled / 64-token pages |",
-             "|---|---|---|---|---|---|---|"]
+    DeepGEMM main in the same run, and beside DeepGEMM nv_dev (the line vLLM runs on Hopper) in ``nv_dev``'s run
+    (each ratio within one run; flattened rows where a build does not take next_n), what 16-token preshuffled pages
+    cost against 64-token ones, the exact path, and where ``topk`` (``{Shape: (ours_us, vllm_best_us)}``) has the
+    shape, our top-k over the best of vLLM's. ``python -m preshuffle results`` prints it, and the README holds its
+    output."""
+    others = {r["shape"]: r for r in summary(nv_dev)} if nv_dev else {}
+    topk = topk or {}
+    lines = ["| B, next_n, ctx | ours fp8 (us) | DeepGEMM main (us) | ours / main | DeepGEMM nv_dev (us) | ours / nv_dev "
+             "| 16-token preshuffled / 64-token pages | exact / main | top-k: ours / vLLM's best |",
+             "|---|---|---|---|---|---|---|---|---|"]
     flattened = False
+
+    def dg(row):
+        nonlocal flattened
+        if not row or row["deepgemm_us"] is None:
+            return "-"
+        if row["deepgemm"] == "deepgemm-flattened":
+            flattened = True
+            return f"{row['deepgemm_us']:.1f} (flattened)"
+        return f"{row['deepgemm_us']:.1f}"
+
     for r in summary(record):
         s = r["shape"]
-        dg = "-" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}"
-        if r["deepgemm"] == "deepgemm-flattened":
-            dg, flattened = dg + " (flattened)", True
-        lines.append(f"| {s.batch}, {s.next_n}, {s.avg_ctx // 1024}K | {r['fp8_us']:.1f} | {dg} | "
-                     f"{_ratio(r['fp8_over_deepgemm'])} | {r['fp8_pct']:.0f}% | {_ratio(r['exact_over_deepgemm'])} | "
-                     f"{_ratio(r['block16-shuffle_over_block64'])} |")
+        other = others.get(s)
+        ours_topk = topk.get(s)
+        lines.append(f"| {s.batch}, {s.next_n}, {s.avg_ctx // 1024}K | {r['fp8_us']:.1f} | {dg(r)} | "
+                     f"{_ratio(r['fp8_over_deepgemm'])} | {dg(other)} | {_ratio(other and other['fp8_over_deepgemm'])} | "
+                     f"{_ratio(r['block16-shuffle_over_block64'])} | {_ratio(r['exact_over_deepgemm'])} | "
+                     f"{_ratio(ours_topk and ours_topk[0] / ours_topk[1])} |")
     lines.append("")
     lines.append(provenance_line(record) + ".")
+    if nv_dev:
+        lines.append("nv_dev: " + provenance_line(nv_dev) + ".")
     if flattened:
-        lines.append("Flattened: DeepGEMM on the same rows as next_n = 1 sequences, as vLLM runs what DeepGEMM's SM90 "
+        lines.append("Flattened: DeepGEMM on the same rows as next_n = 1 sequences, as vLLM runs what a build's SM90 "
                      "kernel does not take.")
     return "\n".join(lines)
 
