@@ -6,7 +6,7 @@ import torch
 from preshuffle import benchmark, deepgemm, device, report
 from preshuffle.kernels import launch
 from preshuffle.reference import reference_and_magnitude
-from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
+from preshuffle.shapes import ANCHOR_SHAPES, MTP_SHAPES, VARIANTS, Shape
 from preshuffle.testing import inputs, timing
 
 needs_interpreter = pytest.mark.skipif(not device.INTERPRETED, reason="checks the harness logic without a GPU timer")
@@ -148,7 +148,7 @@ def test_the_benchmark_runs_multi_token_prediction_on_deepgemms_cache_and_16_tok
     assert [name for shape, name in jobs if shape.next_n == 2] == list(VARIANTS)
     assert [name for shape, name in jobs if shape.next_n == 4] == ["block16-normal", "block16-shuffle",
                                                                    "block64-normal"]
-    assert benchmark.MTP_SHAPES == (Shape(64, 3, 8192), Shape(256, 3, 8192), Shape(64, 4, 8192), Shape(256, 4, 8192))
+    assert MTP_SHAPES == (Shape(64, 3, 8192), Shape(256, 3, 8192), Shape(64, 4, 8192), Shape(256, 4, 8192))
 
 
 def test_torch_baseline_fits_only_where_its_keys_and_scores_fit():

@@ -94,9 +94,3 @@ def test_report_imports_no_harness():
     reached, imported = reached_from("preshuffle.report")
     assert not harness(imported | reached)
     assert reached == {"preshuffle.report", "preshuffle.precision", "preshuffle.shapes"}
-
-
-def test_portable_ladder_imports_no_harness():
-    reached, imported = reached_from("preshuffle.portable_ladder")
-    assert not harness(imported | reached)
-    assert reached == {"preshuffle.portable_ladder", "preshuffle.report", "preshuffle.precision", "preshuffle.shapes"}

@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
-from preshuffle import layout, negotiation, plots, portable_ladder, report, widgets  # noqa: E402
+from preshuffle import layout, negotiation, plots, report, widgets  # noqa: E402
 from preshuffle.shapes import Shape  # noqa: E402
 
 
@@ -223,15 +223,11 @@ def test_explorer_plots_are_not_held_by_pyplot(record):
     assert plt.get_fignums() == held
 
 
-def test_portable_ladder_plot_draws_a_bar_per_recorded_share():
-    loaded = portable_ladder.load()
-    kept = [r for r in loaded.rungs if not r.dropped]
-    expected = sorted(f.pct_copy for r in kept for f in r.figures if f.pct_copy is not None)
-    fig = plots.portable_ladder_plot(loaded)
-    (ax,) = fig.axes
-    heights = sorted(p.get_height() for p in ax.patches if not math.isnan(p.get_height()))
-    assert heights == expected
-    assert len(ax.get_xticklabels()) == len(kept) and ax.get_xticklabels()[1].get_text().startswith("version 2\n")
+def test_ladder_plot_of_chapter_3_draws_the_committed_steps(record):
+    ladders = {s.label: report.ladder(record, s, chapter=3) for s in (Shape(64, 1, 8192), Shape(4096, 1, 8192))}
+    fig = plots.ladder_plot(ladders, "chapter 3")
+    for ax, steps in zip(fig.axes, ladders.values()):
+        assert sorted(p.get_width() for p in ax.patches) == sorted(s["ns_per_logit"] for s in steps)
 
 
 def test_hopper_kernel_diagram_draws_the_pieces_of_the_kernel():

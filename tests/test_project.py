@@ -1,8 +1,12 @@
 """The project's own promises: one dependency list in two files, CI runs the README's test command."""
 
+import json
 import re
+import subprocess
 import tomllib
 from pathlib import Path
+
+from preshuffle import report
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
@@ -39,3 +43,101 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in readme and re.search(r"^exec make test$", ci, re.M)
+
+
+def tracked_files() -> list[Path]:
+    listing = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [ROOT / name for name in listing.splitlines() if (ROOT / name).is_file()]
+
+
+def tracked_text() -> dict[Path, str]:
+    texts = {}
+    for path in tracked_files():
+        try:
+            texts[path] = path.read_text()
+        except UnicodeDecodeError:  # images
+            continue
+    return texts
+
+
+def test_readme_table_is_the_generated_one():
+    readme = (ROOT / "README.md").read_text()
+    table = re.search(r"<!-- results table: generated -->\n(.*)\n<!-- end of results table -->", readme, re.S)
+    assert table, "README.md has no generated results table"
+    assert table.group(1) == report.results_table(report.load()), \
+        "README.md's table is stale: paste the output of `python -m preshuffle results`"
+
+
+def test_readme_is_a_front_page():
+    assert len((ROOT / "README.md").read_text().split()) <= 900
+
+
+# Words a reader's clone cannot make sense of: how the tree was made, and places outside it. The character classes
+# keep this file from matching its own patterns.
+PROCESS_WORDS = re.compile(
+    r"\b(first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|later|earlier|this|"
+    r"next|previous|same|each|every) sessio[n]s?\b|\ble[n]t\b|\.\./shar[e]d|/wor[k]/|device (tim[e]|minute[s])|"
+    r"\bissu[e] #?[0-9]+|\bnotes,? par[t] [0-9]+|NOTE[S]\.md", re.I)
+
+
+def test_no_tracked_file_speaks_of_how_it_was_made():
+    hits = [f"{path.relative_to(ROOT)}: {m.group(0)!r}" for path, text in tracked_text().items()
+            for m in PROCESS_WORDS.finditer(text)]
+    assert not hits, hits[:20]
+
+
+def test_every_results_file_is_read_by_code_a_notebook_or_a_test():
+    readers = {path: text for path, text in tracked_text().items()
+               if path.suffix in (".py", ".ipynb") and path.parts[len(ROOT.parts)] in ("src", "tests", "notebooks")}
+    unread = [path.name for path in (ROOT / "results").iterdir()
+              if not any(path.name in text for reader, text in readers.items() if reader != path)]
+    assert not unread, f"results files nothing reads: {unread}"
+
+
+# A path into the tree named in backquotes or a link: it must exist (a reader follows it).
+TREE_PATH = re.compile(r"[`(]((?:src|docs|results|benchmarks|notebooks|tests|tools)/[\w./-]+?)[`)#]")
+
+
+def test_every_path_a_file_names_exists():
+    missing = sorted({f"{path.relative_to(ROOT)}: {m.group(1)}" for path, text in tracked_text().items()
+                      for m in TREE_PATH.finditer(text) if not (ROOT / m.group(1).rstrip(".")).exists()})
+    assert not missing, missing
+
+
+def summary_line(log: str) -> str:
+    return [line for line in log.splitlines() if re.match(r"=+ .*\d+ passed", line)][-1]
+
+
+def test_h200_logs_ran_every_notebook_and_test_file_and_passed():
+    nbval = (ROOT / "results" / "h200-nbval.log").read_text()
+    pytest_log = (ROOT / "results" / "h200-pytest.log").read_text()
+    for log in (nbval, pytest_log):
+        assert not re.search(r"\d+ (failed|errors?)\b", summary_line(log)), summary_line(log)
+    notebooks = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert {name for name in notebooks if f"notebooks/{name} " in nbval} == notebooks
+    test_files = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert {name for name in test_files if f"tests/{name} " in pytest_log} == test_files
+
+
+def notebook_cells(name: str) -> list[dict]:
+    return json.loads((ROOT / "notebooks" / name).read_text())["cells"]
+
+
+def markdown_words(cells: list[dict]) -> int:
+    return sum(len("".join(c["source"]).split()) for c in cells if c["cell_type"] == "markdown")
+
+
+def test_chapter_5_is_a_tutorial_each_step_showing_the_kernels_own_code():
+    cells = notebook_cells("05_hopper_kernel.ipynb")
+    assert markdown_words(cells) <= 2000
+    steps, current = {}, None
+    for cell in cells:
+        text = "".join(cell["source"])
+        heading = re.match(r"## (Step \d+)", text) if cell["cell_type"] == "markdown" else None
+        if heading:
+            current = heading.group(1)
+            steps[current] = False
+        elif current and cell["cell_type"] == "code" and "source(" in text:
+            steps[current] = True
+    assert len(steps) >= 6 and all(steps.values()), steps
+    assert any("hopper_kernel_diagram" in "".join(c["source"]) for c in cells)

@@ -5,11 +5,9 @@ import json
 
 import pytest
 
-from preshuffle import negotiation, report
-from preshuffle.shapes import ANCHOR_SHAPES, Shape
+from preshuffle import deepgemm, negotiation, report
+from preshuffle.shapes import ANCHOR_SHAPES, MEASURED_SHAPES, MTP_SHAPES, Shape
 from preshuffle.testing.numeric import CONTRACTS
-
-MTP = [Shape(64, 3, 8192), Shape(256, 3, 8192)]
 
 
 def test_load_reads_results_with_their_provenance(record):
@@ -23,7 +21,9 @@ def test_load_every_timed_row_was_checked_against_its_contract_first(record):
     assert len(timed) == len(record["rows"])
     assert all(r["meets_contract"] and r["same_inf_pattern"] for r in timed)
     # DeepGEMM's repeats too, compared through the reference's -inf pattern (it leaves those positions unwritten).
-    assert all(r["bitwise_repeatable"] is True for r in timed)
+    # The scalar loops (Python, float64: the same operations in the same order every time) run once.
+    assert all(r["bitwise_repeatable"] is True for r in timed if r["kernel"] != "loops")
+    assert [r["kernel"] for r in timed if "bitwise_repeatable" not in r] == ["loops"]
     # Held to the package's contracts, not to what the file says they were (a widened one would pass itself),
     # and the file must have recorded those.
     assert record["contracts"] == CONTRACTS
@@ -44,7 +44,7 @@ def test_load_shares_follow_from_bytes_and_time(record):
 
 
 def test_shapes_are_the_anchors_then_multi_token_prediction(record):
-    assert report.shapes(record) == list(ANCHOR_SHAPES) + MTP
+    assert report.shapes(record) == list(ANCHOR_SHAPES) + list(MTP_SHAPES) == list(MEASURED_SHAPES)
 
 
 def test_find_prefers_the_launch_rule_over_splits_and_steps(record):
@@ -145,7 +145,7 @@ def test_variant_time_of_an_unmeasured_combination_is_none(record):
     assert report.variant_time(record, Shape(64, 1, 8192), 32) is None
     assert report.variant_time(record, Shape(64, 1, 8192), 1, "shuffle") is None
     assert report.variant_time(record, Shape(3, 1, 100), 64) is None
-    assert report.variant_time(record, Shape(64, 3, 8192), 16) is None   # next_n = 3 runs on DeepGEMM's cache only
+    assert report.variant_time(record, Shape(64, 3, 8192), 1) is None  # next_n 3-4 run on 64- and 16-token pages
 
 
 def costs(record, size, platform, before_pr=False):
@@ -172,7 +172,7 @@ def test_kernel_costs_on_cuda_are_our_h200_times(record):
 @pytest.mark.parametrize("asked, nearest", [
     ((64, 8192, 1), (64, 1, 8192)), ((256, 65536, 2), (256, 2, 65536)), ((64, 4096, 1), (64, 1, 8192)),
     ((200, 50000, 2), (256, 2, 65536)), ((1, 8192, 1), (1, 1, 131072)), ((8, 16384, 1), (8, 1, 65536)),
-    ((2048, 8192, 1), (4096, 1, 8192)), ((1, 1024, 3), (64, 3, 8192)), ((1, 1024, 4), (64, 3, 8192))])
+    ((2048, 8192, 1), (4096, 1, 8192)), ((1, 1024, 3), (64, 3, 8192)), ((1, 1024, 4), (64, 4, 8192)), ((300, 8192, 4), (256, 4, 8192))])
 def test_nearest_shape_prefers_next_n_then_log_distance(record, asked, nearest):
     assert report.nearest_shape(record, *asked) == Shape(*nearest)
 
@@ -198,7 +198,7 @@ def test_workload_bars_are_the_results_numbers(record, precision):
         assert nearest == shape
         assert [b["us"] for b in bars[:-1]] == [launch_rule_us(record, shape, v, precision) for v in variants]
         assert [b["chosen"] for b in bars] == [False, False, True, False, False, False]
-        flattened = shape.next_n == 3
+        flattened = shape.next_n not in deepgemm.MAIN.next_n  # the run's build is main
         dg = report.find(record, shape, kernel="deepgemm-flattened" if flattened else "deepgemm")
         assert bars[-1]["label"] == ("DeepGEMM (same run, flattened rows)" if flattened else "DeepGEMM (same run)")
         assert (bars[-1]["us"], bars[-1]["pct_copy"]) == (dg["us"], dg["pct_copy"])
@@ -429,6 +429,7 @@ def run_against(record: dict, build, scale: float, extra_rows=()) -> dict:
 
 
 def test_a_run_recorded_before_builds_were_named_reads_as_its_version(record):
+    record = {**record, "deepgemm": "2.6.1"}  # how runs named DeepGEMM before they named its build
     assert report.deepgemm_build(record) == {"version": record["deepgemm"], "branch": None, "commit": None,
                                              "source": "unknown"}
     assert report.build_label(record) == f"DeepGEMM {record['deepgemm']}"
@@ -442,8 +443,8 @@ def test_a_run_recorded_before_builds_were_named_reads_as_its_version(record):
 def test_against_builds_divides_only_times_of_one_run(record):
     """Two runs, one a build: each ratio is ours over that run's DeepGEMM; a shape one run measured natively
     (next_n = 4 on nv_dev) and the other flattened keeps each run's kind of row."""
-    shape = Shape(64, 4, 8192)
-    ours = {"shape": {"batch": 64, "next_n": 4, "avg_ctx": 8192}, "variant": "block64-normal", "kernel": "hopper",
+    shape = Shape(32, 4, 8192)  # a shape the committed run does not have
+    ours = {"shape": {"batch": 32, "next_n": 4, "avg_ctx": 8192}, "variant": "block64-normal", "kernel": "hopper",
             "precision": "fp8", "timing": "graph", "rule": True, "us": 55.0}
     main = run_against(record, {"version": "2.6.1", "branch": "main", "commit": "54e2261", "source": "env"}, 1.0,
                        [ours, {**ours, "kernel": "deepgemm-flattened", "rule": False, "us": 60.0}])
@@ -460,7 +461,7 @@ def test_against_builds_divides_only_times_of_one_run(record):
     assert (rows[shape][0]["deepgemm"], rows[shape][0]["ours_over_deepgemm"]) == ("deepgemm-flattened", 55 / 60)
     assert (rows[shape][1]["deepgemm"], rows[shape][1]["ours_over_deepgemm"]) == ("deepgemm", 56 / 40)
     table = report.builds_table([main, nv_dev])
-    assert "| 64, 4, 8K | 60.0 (flattened) | 55.0 | 0.92x | 40.0 | 56.0 | 1.40x |" in table
+    assert "| 32, 4, 8K | 60.0 (flattened) | 55.0 | 0.92x | 40.0 | 56.0 | 1.40x |" in table
     assert table.count("in the same process") == 2 and "Flattened: DeepGEMM on the same rows" in table
 
 
@@ -504,3 +505,16 @@ def test_readers_name_the_key_a_record_lacks(record):
     row = {k: v for k, v in record["rows"][0].items() if k != "shape"}
     with pytest.raises(ValueError, match="^the record lacks the key 'shape', which shapes reads$"):
         report.shapes({**record, "rows": [row]})
+
+
+def test_the_committed_run_measures_chapter_3s_ladder_and_chapter_5_starts_from_its_last_rung(record):
+    small, large = Shape(64, 1, 8192), Shape(4096, 1, 8192)
+    steps = {shape: [s["step"] for s in report.ladder(record, shape, chapter=3)] for shape in (small, large)}
+    python = ["scalar loops (Python)", "vectorised PyTorch, float64 (the reference)", "vectorised PyTorch, fp32"]
+    assert steps[small][:3] == python and not set(python) & set(steps[large])
+    assert steps[small][3:] == steps[large] and len(steps[large]) == 5
+    # chapter 3's kernel is one row of the run, which both chapters read
+    kernel_rows = [r for r in record["rows"] if r.get("step") == "chapter 3's kernel (exact)"]
+    assert len(kernel_rows) == 2 and {Shape(**r["shape"]) for r in kernel_rows} == {small, large}
+    times = {s["step"]: s["us"] for s in report.ladder(record, small, chapter=3)}
+    assert len(set(times.values())) == len(times)  # every step its own figure

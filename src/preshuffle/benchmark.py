@@ -30,23 +30,18 @@ from .precision import PRECISIONS
 from .problem import PagedMQAProblem
 from .reference import (fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch,
                         reference_and_magnitude)
-from .shapes import ANCHOR_SHAPES, VARIANTS, Shape
+from .shapes import ANCHOR_SHAPES, MEASURED_SHAPES, MTP_SHAPES, MTP_VARIANTS, VARIANTS, Shape
 from .testing import timing
 from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem
 from .testing.numeric import CONTRACTS, bitwise_equal, check_repeatable, compare_logits, meets_contract
 
 RUN_ORDER = tuple(reversed(PRECISIONS))  # fp8 first: the rows a reader compares with DeepGEMM's lead
-# Multi-token prediction with 3 and 4 query rows: DeepGEMM's SM90 kernels take neither (main) or only 4 (nv_dev, on
-# clusters of two CTAs); what a build does not take is timed on the same rows flattened to next_n = 1, as vLLM runs it.
-MTP_SHAPES = (Shape(64, 3, 8192), Shape(256, 3, 8192), Shape(64, 4, 8192), Shape(256, 4, 8192))
-# The caches multi-token prediction is measured on: DeepGEMM's, and 16-token natural and preshuffled pages.
-MTP_VARIANTS = ("block64-normal", "block16-normal", "block16-shuffle")
 LADDER_SHAPES = (Shape(64, 1, 8192), Shape(4096, 1, 8192))
 HOST_SHAPES = (Shape(1, 1, 131072), Shape(64, 1, 8192))
 # The scalar loops run on one sequence's first positions: the whole shape would take hours of Python.
 LOOPS_POSITIONS = 128
 SPLITS = (1, 2, 4, 8)  # programs per SM tried beside the launch rule (block64-normal, fp8)
-SHAPES = ANCHOR_SHAPES + MTP_SHAPES
+SHAPES = MEASURED_SHAPES
 REPEATS = 20  # runs of every implementation compared bit for bit before it is timed
 
 
@@ -233,7 +228,7 @@ def _driver_version() -> str | None:
 def _jobs(shapes, variants):
     """Every anchor shape on every cache; multi-token prediction (next_n 3 and 4) on :data:`MTP_VARIANTS`."""
     return [(shape, name) for shape in shapes for name in variants
-            if shape.next_n <= 2 or name in MTP_VARIANTS]
+            if shape not in MTP_SHAPES or name in MTP_VARIANTS]
 
 
 def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = True,

@@ -487,16 +487,6 @@ def workload_plot(nearest, asked, bars: list[dict]):
     return fig
 
 
-def portable_ladder_plot(ladder):
-    """Share of the copy ceiling after each version the portable kernel kept (a
-    :class:`preshuffle.portable_ladder.Ladder`), one bar per recorded shape; no bar where the notes recorded none."""
-    rungs = [r for r in ladder.rungs if not r.dropped]
-    groups = [f"version {r.version}\n" + "\n".join(r.ideas.values()) for r in rungs]
-    shares = {s.label: [f.pct_copy if (f := r.figure(s)) and f.pct_copy is not None else np.nan for r in rungs]
-              for s in ladder.shapes}
-    return grouped_bars(groups, shares, "% of the copy ceiling", "The portable kernel's ladder on an H200")
-
-
 def hopper_kernel_diagram(stages: int = 4):
     """Chapter 5's kernel as one picture: pages in HBM, the two TMA descriptors, the loader warp, the ring of
     shared-memory stages with their ready/empty mbarriers, the math warpgroup's WGMMA and epilogue, the logits."""

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from .precision import PRECISIONS
-from .shapes import VARIANTS, Shape
+from .shapes import ANCHOR_SHAPES, MTP_SHAPES, VARIANTS, Shape
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 BASE = "block64-normal"  # DeepGEMM's cache: where every implementation meets
@@ -449,10 +449,10 @@ def format_ladder(steps: list[dict]) -> str:
 def targets(record: dict) -> list[dict]:
     """The targets of docs/performance.md, each with the run's numbers and whether the run meets it."""
     rows = {r["shape"]: r for r in summary(record)}
-    anchors = [rows[s] for s in rows if s.next_n <= 2]
+    anchors = [rows[s] for s in rows if s in ANCHOR_SHAPES]
     next_n_1 = [r for r in anchors if r["shape"].next_n == 1]
     host = host_us(record)
-    mtp = rows.get(Shape(64, 3, 8192))
+    mtp = rows.get(MTP_SHAPES[0])
     small = [r for r in anchors if r["shape"] in host]
 
     def worst(values):

@@ -17,7 +17,7 @@ from .negotiation import format_negotiation, negotiate
 from .plots import CACHE_LINE
 from .precision import PRECISIONS
 from .reference import reference_and_magnitude
-from .shapes import VARIANTS, Shape
+from .shapes import MEASURED_NEXT_NS, VARIANTS, Shape
 from .testing import timing
 from .testing.inputs import benchmark_problem
 
@@ -149,7 +149,7 @@ def layout_explorer(block_size: int = 16, token: int = 3, dim: int = 37):
 
 BATCHES = tuple(2 ** i for i in range(13))
 CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(10, 18))
-NEXT_NS = (1, 2, 3)
+NEXT_NS = MEASURED_NEXT_NS
 LIVE_TOKEN_LIMIT = 1 << 25  # batch x context a live measurement may allocate (the largest anchor shape)
 
 
