@@ -267,3 +267,17 @@ def test_ladder_plot_draws_a_bar_per_step_on_a_log_axis():
     assert left.get_xscale() == "log" and labels["loops"] > labels["kernel"]  # the first step on top
     assert len(left.patches) == 2 and len(right.patches) == 1
     assert [p.get_width() for p in left.patches] == [2e6, 0.05]
+
+
+def test_topk_changes_plot_says_so_where_a_precision_changes_nothing():
+    import warnings
+
+    rows = [{"precision": "exact", "gaps_dropped": [], "gaps_added": []},
+            {"precision": "fp8", "gaps_dropped": [1e-4], "gaps_added": [-1e-4, -2e-4]}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no legend without artists
+        fig = plots.topk_changes_plot(rows)
+    exact, fp8 = fig.axes
+    assert [t.get_text() for t in exact.texts] == ["no position changed"] and exact.get_legend() is None
+    assert [t.get_text() for t in fp8.get_legend().get_texts()] == ["dropped (above the 2048th): 1",
+                                                                     "added (below it): 2"]

@@ -611,7 +611,10 @@ def topk_changes_plot(rows: list[dict]):
                 ax.hist(gaps, bins=30, alpha=0.6, label=f"{label}: {len(gaps)}")
         ax.set_xlabel("(logit - 2048th) / sum |terms|")
         ax.set_title(precision, fontsize=9)
-        ax.legend(fontsize=7)
+        if dropped or added:
+            ax.legend(fontsize=7)
+        else:  # the exact path changes nothing
+            ax.text(0.5, 0.5, "no position changed", transform=ax.transAxes, ha="center", fontsize=8)
     np.atleast_1d(axes)[0].set_ylabel("positions")
     fig.tight_layout()
     return fig
