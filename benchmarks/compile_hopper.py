@@ -1,7 +1,7 @@
 """Compile the Hopper kernel for sm90a on a machine without a GPU and print what each variant costs: registers,
 stack (spills), shared memory and warps of a program, the programs an SM's registers hold, and its tensor-core,
 shared-memory and copy (TMA, cp.async) instructions. What the launch rule and HopperConfig choose can be checked
-here before any device time is spent.
+here, before a GPU runs anything.
 
     python benchmarks/compile_hopper.py
     python benchmarks/compile_hopper.py --next-n 3 --row-warpgroups --maxnreg 64

@@ -5,8 +5,8 @@ same inputs.
 
     python3 benchmarks/host_time.py OUT.json [REPEATS]
 
-The benchmark's own host figures came out 1.5-1.9x this script's in 5 of 8 measurements (notes, part 9); the state
-after the eager timing was added after the run of results/h200-host-time.json, which did not pass through it. The
+The benchmark's own host figures can come out well above this script's (docs/kernel-design.md, "Host path"); the
+state after the eager timing was added after the run of results/h200-host-time.json, which did not pass through it. The
 script also times Triton's C launcher on a kernel of one pointer argument (``one_argument_launch``): the floor of
 any launch through it, most of it the driver's. Each row's ``profile`` (``testing.timing.host_profile``) is that of its
 ``call`` measurement: what the host did meanwhile (the timed thread's share of the CPU, its preemptions, the other

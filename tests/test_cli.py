@@ -78,7 +78,8 @@ def test_main_results_prints_the_committed_run_as_a_markdown_table(capsys):
     assert lines[0].startswith("| B, next_n, ctx |") and set(lines[1]) == {"|", "-"}
     rows = [line for line in lines[2:] if line.startswith("| ")]
     assert len(rows) == len(report.shapes(report.load()))
-    assert "copy ceiling" in out and "DeepGEMM" in out
+    record = report.load()
+    assert record["provenance"]["git_commit"][:7] in out and "DeepGEMM nv_dev" in lines[0]
 
 
 def test_main_results_names_a_missing_file(tmp_path, capsys):

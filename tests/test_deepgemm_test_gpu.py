@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from preshuffle import benchmark, deepgemm, device
+from preshuffle.report import RESULTS
 from preshuffle.shapes import Shape
 from preshuffle.testing import deepgemm_checks, inputs, timing
 
@@ -53,3 +54,24 @@ def test_the_script_runs_deepgemms_cases_and_ours(load_benchmark):
     assert script.cases("sm90") == deepgemm_checks.SM90_CASES and script.cases("ours") == deepgemm_checks.OUR_CASES
     assert script.cases("none") == ()
     assert len(script.TIMED_SHAPES) == 8 and sum(s.next_n == 1 for s in script.TIMED_SHAPES) == 6
+
+
+def test_the_committed_run_passed_deepgemms_test_on_every_case_beside_deepgemm():
+    """results/h200-deepgemm-test.json (and its log): every SM90 case DeepGEMM enumerates and ours, on an H200."""
+    run = json.loads((RESULTS / "h200-deepgemm-test.json").read_text())
+    labels = [row["label"] for row in run["checks"]]
+    assert labels == [case.label for case in deepgemm_checks.SM90_CASES + deepgemm_checks.OUR_CASES]
+    assert all(row["ours"]["passed"] and row["ours"]["bitwise_repeatable"] for row in run["checks"])
+    native = [row for row in run["checks"] if "deepgemm" in row]
+    assert len(native) == len(deepgemm_checks.SM90_CASES) and all(row["deepgemm"]["passed"] for row in native)
+    assert run["deepgemm"]["branch"] == "main" and run["provenance"]["gpu"] == "NVIDIA H200"
+    # Every timing was checked against float64 by its contract before it was timed, and both wrote bf16 logits
+    # with the same error.
+    assert run["timings"] and all(t["meets_contract"] and "us" in t for t in run["timings"])
+    bf16 = {(json.dumps(t["shape"]), t.get("max_model_len"), t["who"]): t["max_rel_error"] for t in run["timings"]
+            if t["logits"] == "bf16"}
+    for (shape, length, who), error in bf16.items():
+        if who == "ours" and (shape, length, "deepgemm") in bf16:
+            assert error <= 1.1 * bf16[(shape, length, "deepgemm")]
+    log = (RESULTS / "h200-deepgemm-test.log").read_text()
+    assert f"ours passed {len(labels)} of {len(labels)} cases" in log

@@ -51,3 +51,19 @@ def test_the_script_records_a_baseline_it_cannot_load(load_benchmark, monkeypatc
     rows = script.kernel_rows(str(tmp_path / "missing"), budget=100)
     assert [r["baseline"] for r in rows] == ["hopper", "portable"] and all("FileNotFoundError" in r["error"]
                                                                            for r in rows)
+
+
+def test_the_committed_run_kept_every_valid_logit_and_measured_what_the_contract_costs():
+    """results/h200-input-contract.json: the kernels after the contract beside the kernels before it, on an H200."""
+    from preshuffle.report import RESULTS
+
+    run = json.loads((RESULTS / "h200-input-contract.json").read_text())
+    assert run["provenance"]["gpu"] == "NVIDIA H200"
+    rows = run["kernel_rows"]
+    assert {r["kernel"] for r in rows} == {"hopper", "portable"} and all("error" not in r for r in rows)
+    assert all(r["bitwise_equal_to_before"] is True for r in rows)  # valid inputs: the same bits as before
+    for r in rows:
+        assert r["change_pct"] == pytest.approx(100 * (r["now_us"] / r["before_us"] - 1))
+    for host in run["host_rows"]:
+        assert 0 < host["overlap_check_us"] < host["parts"]["call_with_out"]
+        assert host["checked_call_us"] > host["checked_call_without_scale_check_us"]  # reading the scales costs

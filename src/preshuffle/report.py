@@ -352,13 +352,13 @@ def results_table(record: dict, nv_dev: dict | None = None, topk: dict | None = 
                      f"{_ratio(r['fp8_over_deepgemm'])} | {dg(other)} | {_ratio(other and other['fp8_over_deepgemm'])} | "
                      f"{_ratio(r['block16-shuffle_over_block64'])} | {_ratio(r['exact_over_deepgemm'])} | "
                      f"{_ratio(ours_topk and ours_topk[0] / ours_topk[1])} |")
-    lines.append("")
-    lines.append(provenance_line(record) + ".")
+    p = record["provenance"]
+    commits = f"commit {str(p.get('git_commit'))[:7]}"
     if nv_dev:
-        lines.append("nv_dev: " + provenance_line(nv_dev) + ".")
+        commits += f" (nv_dev's run: {str(nv_dev['provenance'].get('git_commit'))[:7]})"
+    lines += ["", f"{p.get('gpu')}, torch {p['torch']}, Triton {p['triton']}, {p['date'][:10]}, {commits}."]
     if flattened:
-        lines.append("Flattened: DeepGEMM on the same rows as next_n = 1 sequences, as vLLM runs what a build's SM90 "
-                     "kernel does not take.")
+        lines.append("Flattened: the same rows as next_n = 1 sequences, as vLLM runs what a build does not take.")
     return "\n".join(lines)
 
 
