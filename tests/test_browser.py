@@ -261,8 +261,8 @@ def test_workload_explorer_shows_what_the_package_computes(page, lab):
 
 
 @pytest.mark.parametrize("name, sliders, images", [
-    ("01_k_cache_layout.ipynb", 3, 6), ("02_negotiation.ipynb", 1, 4), ("03_paged_mqa_kernel.ipynb", 0, 1),
-    ("04_performance.ipynb", 2, 4), ("05_hopper_kernel.ipynb", 0, 3),
+    ("01_k_cache_layout.ipynb", 3, 6), ("02_negotiation.ipynb", 1, 4), ("03_paged_mqa_kernel.ipynb", 0, 2),
+    ("04_performance.ipynb", 2, 4), ("05_hopper_kernel.ipynb", 0, 3), ("06_logits_to_tokens.ipynb", 2, 4),
 ])
 def test_every_notebook_runs_in_the_browser(page, lab, name, sliders, images):
     run_notebook(page, lab, name)

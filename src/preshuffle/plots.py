@@ -249,7 +249,11 @@ def deepgemm_share_plot(rows: list[dict]):
               "DeepGEMM (same run; * flattened rows)": [r["deepgemm_pct"] for r in rows]}
     labels = [label + ("*" if r["deepgemm"] == "deepgemm-flattened" else "")
               for label, r in zip(_shape_labels(rows), rows)]
-    return grouped_bars(labels, shares, "% of the copy ceiling", "Share of the HBM copy ceiling (B/next_n/ctx)")
+    fig = grouped_bars(labels, shares, "% of the copy ceiling", "Share of the HBM copy ceiling (B/next_n/ctx)")
+    ax = fig.axes[0]
+    ax.tick_params(axis="x", labelrotation=30)
+    _legend_right(fig, ax)
+    return fig
 
 
 def hopper_ladder_plot(ladders: dict[str, list[dict]]):
