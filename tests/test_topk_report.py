@@ -44,3 +44,15 @@ def test_load_reads_a_run_and_returns_none_without_one(tmp_path, topk_record):
     assert topk_report.load(path) is None
     path.write_text(json.dumps(topk_record))
     assert topk_report.load(path) == topk_record
+
+
+def test_load_checks_the_run_as_the_benchmarks_reader_does(tmp_path):
+    assert topk_report.load(tmp_path / "none.json") is None  # no run committed
+    cut = tmp_path / "cut.json"
+    cut.write_text('{"shapes": [')
+    with pytest.raises(ValueError, match="cut.json is not a results file"):
+        topk_report.load(cut)
+    negative = tmp_path / "negative.json"
+    negative.write_text('{"shapes": [{"rows": [{"us": -1.0}]}]}')
+    with pytest.raises(ValueError, match=r"shapes\[0\]\.rows\[0\]\.us is -1.0"):
+        topk_report.load(negative)

@@ -3,10 +3,10 @@ Torch-free: it needs the file, not the GPU."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from . import report
 from .report import RESULTS, _cell, provenance_line
 from .shapes import Shape
 
@@ -20,12 +20,10 @@ __all__ = ["RESULTS_FILE", "agreement", "format_agreement", "format_summary", "l
 
 
 def load(path: str | Path = RESULTS_FILE) -> dict | None:
-    """The run's record, or None where no run has been committed."""
+    """The run's record, its measurements checked as :func:`preshuffle.report.load` checks a benchmark's, or None
+    where no run has been committed."""
     path = Path(path)
-    if not path.exists():
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return report.load(path) if path.exists() else None
 
 
 BF16 = "ours on bf16 logits"
