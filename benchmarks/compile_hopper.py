@@ -18,7 +18,7 @@ import os
 os.environ["TRITON_INTERPRET"] = "0"
 
 from preshuffle.kernels import HopperConfig, hopper, sass  # noqa: E402
-from preshuffle.kernels.launch import CHUNK, REGISTERS_PER_SM  # noqa: E402
+from preshuffle.kernels.launch import REGISTERS_PER_SM  # noqa: E402
 
 VARIANTS = [  # (next_n, block_size, layout, exact, row_warpgroups): the anchor shapes' paths
     (1, 64, "normal", False, False), (2, 64, "normal", False, False), (3, 64, "normal", False, True),
@@ -43,7 +43,7 @@ def output_variants() -> list[dict]:
 
 def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4, *, bf16=False,
                     clean=True) -> dict:
-    config = HopperConfig(CHUNK, stages, maxnreg, row_warpgroups=row_warpgroups)
+    config = HopperConfig(1, stages, maxnreg, row_warpgroups=row_warpgroups)
     compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config,
                                     clean=clean, bf16=bf16)
     ops = sass.instruction_counts(compiled)

@@ -97,10 +97,10 @@ def calls(kernel: str, problem, precision: str, old) -> dict:
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
     rows = problem.batch * problem.next_n
     if kernel == "hopper":
-        config = hopper_config(problem.batch, problem.next_n, max_model_len, exact=precision == "exact",
+        config = hopper_config(problem.batch, problem.next_n, exact=precision == "exact",
                                block_size=problem.block_size)
     else:
-        config = config_for(problem.batch, max_model_len, dot="fp8" if precision == "fp8" else "fp16")
+        config = config_for(problem.batch, dot="fp8" if precision == "fp8" else "fp16")
     new_out = torch.empty(rows, max_model_len, device=q.device)
     fns = {"now": lambda: problem.call(fp8_paged_mqa_logits, precision=precision, check_values=False, config=config,
                                        out=new_out)}

@@ -35,7 +35,7 @@ def main(argv):
         torch.cuda.synchronize()
         print("done", batch, next_n, avg_ctx, "deepgemm")
         return
-    rule = hopper_config(batch, next_n, problem.max_model_len, exact=precision == "exact", block_size=block_size)
+    rule = hopper_config(batch, next_n, exact=precision == "exact", block_size=block_size)
     config = HopperConfig(**{**asdict(rule), **fields})
     for _ in range(2):
         problem.call(fp8_paged_mqa_logits, precision=precision, check_values=False, config=config)

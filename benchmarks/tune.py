@@ -6,7 +6,7 @@ precision) before it is timed.
         --configs '{"chunk": 64, "num_warps": 4, "num_stages": 5}' '{"chunk": 128, "num_warps": 8, "num_stages": 4}'
 
 ``--configs`` takes the fields of the kernel's configuration as JSON, except ``tokens_per_program``: each
-configuration is timed at every ``--programs-per-sm`` split (:func:`preshuffle.kernels.launch.split_row`). For
+configuration is timed at every ``--programs-per-sm`` split (:func:`preshuffle.kernels.launch.splits_for`). For
 ``--kernel portable`` they are :class:`preshuffle.kernels.LaunchConfig` fields (``dot`` fp16 is the exact path);
 for ``--kernel hopper``, :class:`preshuffle.kernels.HopperConfig` fields and ``precision`` (fp8, the default, or
 exact), e.g. ``'{"precision": "exact", "row_warpgroups": true, "stages": 6}'``.
@@ -21,16 +21,17 @@ from tqdm import tqdm
 
 from preshuffle import benchmark, deepgemm, report
 from preshuffle.kernels import HopperConfig, LaunchConfig
-from preshuffle.kernels.launch import config_for, dot_precision, hopper_maxnreg, split_row
+from preshuffle.kernels.launch import config_for, dot_precision, hopper_maxnreg, splits_for
 from preshuffle.precision import PRECISIONS
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import ANCHOR_SHAPES, VARIANTS, Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import benchmark_problem
 
-SPLIT_FIELD = "tokens_per_program"  # set by each --programs-per-sm, not by --configs
-CONFIG_FIELDS = {"portable": [f.name for f in dataclasses.fields(LaunchConfig) if f.name != SPLIT_FIELD],
-                 "hopper": ["precision"] + [f.name for f in dataclasses.fields(HopperConfig) if f.name != SPLIT_FIELD]}
+SPLIT_FIELDS = ("tokens_per_program", "splits")  # set by each --programs-per-sm, not by --configs
+CONFIG_FIELDS = {"portable": [f.name for f in dataclasses.fields(LaunchConfig) if f.name not in SPLIT_FIELDS],
+                 "hopper": ["precision"] + [f.name for f in dataclasses.fields(HopperConfig)
+                                            if f.name not in SPLIT_FIELDS]}
 
 
 def parse_config(text: str, kernel: str = "portable") -> dict:
@@ -54,17 +55,17 @@ def _hopper_fields(fields: dict, next_n: int) -> tuple[str, dict]:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be fp8 or exact, got {precision!r}")
     fields.setdefault("maxnreg", hopper_maxnreg(next_n, precision == "exact", fields.get("row_warpgroups", False)))
-    HopperConfig(64, **fields)
+    HopperConfig(1, **fields)
     return precision, fields
 
 
-def make_config(kernel: str, fields: dict, batch: int, max_model_len: int, programs_per_sm: int, next_n: int = 1):
+def make_config(kernel: str, fields: dict, batch: int, programs_per_sm: int, next_n: int = 1):
     """(precision, configuration) of one --configs value at a split."""
     if kernel == "portable":
         precision = dot_precision(fields.get("dot", LaunchConfig.dot))
-        return precision, config_for(batch, max_model_len, programs_per_sm=programs_per_sm, **fields)
+        return precision, config_for(batch, programs_per_sm=programs_per_sm, **fields)
     precision, fields = _hopper_fields(fields, next_n)
-    return precision, HopperConfig(split_row(batch, max_model_len, programs_per_sm), **fields)
+    return precision, HopperConfig(splits_for(batch, programs_per_sm), **fields)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,8 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
         for fields in configs:
             checked = None  # the first split is compared with the reference, the others with it, bit for bit
             for pps in args.programs_per_sm:
-                precision, config = make_config(args.kernel, fields, shape.batch, problem.max_model_len, pps,
-                                                shape.next_n)
+                precision, config = make_config(args.kernel, fields, shape.batch, pps, shape.next_n)
                 fn = benchmark.kernel_fn(problem, precision, config)
                 row = benchmark.measure(fn, problem, reference, precision=precision,
                                         copy_bytes_per_s=record["copy_bytes_per_s"], checked=checked)

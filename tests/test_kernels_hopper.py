@@ -70,10 +70,9 @@ def test_pages_tma_cannot_copy_are_read_through_pointers(block_size):
     (64, 3, False, 2, 64, True), (256, 3, False, 8, 64, True), (256, 3, True, 4, 128, True)])
 def test_hopper_config_follows_the_measured_rule(monkeypatch, batch, next_n, exact, pps, maxnreg, rows):
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
-    config = launch.hopper_config(batch, next_n, 8192, exact=exact)
+    config = launch.hopper_config(batch, next_n, exact=exact)
     assert launch.hopper_programs_per_sm(batch, next_n, exact) == pps
-    splits = -(-8192 // config.tokens_per_program)
-    assert splits == min(128, -(-pps * 132 // batch))
+    assert config.splits == max(1, -(-pps * 132 // batch))
     assert (config.stages, config.maxnreg, config.row_warpgroups) == (4, maxnreg, rows)
     assert launch.hopper_registers(config, next_n, exact) == maxnreg  # the rule's programs fit an SM
 
@@ -82,30 +81,30 @@ def test_hopper_config_follows_the_measured_rule(monkeypatch, batch, next_n, exa
 def test_the_gather_launch_has_a_3_stage_ring(monkeypatch, batch, next_n, pps):
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
     for block_size in (1, 8, 24):
-        config = launch.hopper_config(batch, next_n, 8192, block_size=block_size)
+        config = launch.hopper_config(batch, next_n, block_size=block_size)
         assert config.stages == 3 and launch.hopper_programs_per_sm(batch, next_n, False, gather=True) == pps
-        assert config.tokens_per_program == launch.split_row(batch, 8192, pps)
+        assert config.splits == launch.splits_for(batch, pps)
 
 
 def test_hopper_registers_refuse_a_program_larger_than_an_sm():
-    config = HopperConfig(64, row_warpgroups=True)
+    config = HopperConfig(1, row_warpgroups=True)
     assert launch.hopper_registers(config, 4, exact=False) == 64    # 20 warps x 64
     with pytest.raises(ValueError, match="cannot launch at next_n 4: 20 warps x 32 threads x 128 registers is more "
                                          "than an SM's 65536; lower maxnreg or turn row_warpgroups off"):
         launch.hopper_registers(config, 4, exact=True)
-    assert launch.hopper_registers(HopperConfig(64, maxnreg=248), 1, exact=False) == 248  # 8 warps fit
+    assert launch.hopper_registers(HopperConfig(1, maxnreg=248), 1, exact=False) == 248  # 8 warps fit
 
 
-def test_hopper_config_refuses_a_split_off_the_chunk_grid():
-    with pytest.raises(ValueError, match="tokens_per_program must be a positive multiple of 64, got 100"):
-        HopperConfig(100)
+def test_hopper_config_refuses_what_the_kernel_cannot_launch():
+    with pytest.raises(ValueError, match="splits must be a positive int, got 0"):
+        HopperConfig(0)
     with pytest.raises(ValueError, match=r"stages must be in \[2, 12\], got 1"):
-        HopperConfig(64, stages=1)
+        HopperConfig(1, stages=1)
     with pytest.raises(ValueError, match=r"maxnreg must be a multiple of 8 in \[24, 256\]"):
-        HopperConfig(64, maxnreg=100)
+        HopperConfig(1, maxnreg=100)
     with pytest.raises(ValueError,
                        match=r"loader_regs must be a multiple of 8 in \[24, 256\] \(setmaxnreg's range\), got 16"):
-        HopperConfig(64, loader_regs=16)
+        HopperConfig(1, loader_regs=16)
 
 
 @st.composite
@@ -123,14 +122,13 @@ def problems(draw):
 
 @on_hopper
 @settings(max_examples=40, deadline=None)
-@given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 64, 192, 1024]), st.booleans(),
+@given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 1, 3, 7, 64]), st.booleans(),
        st.sampled_from([2, 4]))
-def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, tokens_per_program, row_warpgroups,
-                                                           stages):
-    """Every kind of cache, split and ring, one math warpgroup or one a query row; programs of 192 positions start
-    mid-page for 128-token pages, and 1024 positions wrap a 2-stage ring several times."""
-    config = None if tokens_per_program is None else HopperConfig(tokens_per_program, stages,
-                                                                  row_warpgroups=row_warpgroups)
+def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, splits, row_warpgroups, stages):
+    """Every kind of cache, split and ring, one math warpgroup or one a query row; shares of an odd number of chunks
+    start mid-page for 128-token pages, a sequence's whole row wraps a 2-stage ring many times, and 64 programs a
+    sequence leave most of them nothing to read."""
+    config = None if splits is None else HopperConfig(splits, stages, row_warpgroups=row_warpgroups)
     if config is not None and row_warpgroups and precision == "exact" and problem.next_n == 4:
         with pytest.raises(ValueError, match="cannot launch at next_n 4"):  # 20 warps x 128 registers
             problem.call(fp8_paged_mqa_logits, precision=precision, config=config)
@@ -149,10 +147,10 @@ def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
     # Unchecked calls after the first go through the cached launch, with addresses passed as ints.
     assert_bitwise_equal(first, check_repeatable(lambda: problem.call(fp8_paged_mqa_logits, precision=precision,
                                                                       check_values=False)))
-    for tokens_per_program in (64, 192, 1344):
+    for splits in (1, 3, 64):
         for row_warpgroups in (False, True):
             assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision, config=HopperConfig(
-                tokens_per_program, row_warpgroups=row_warpgroups)))
+                splits, row_warpgroups=row_warpgroups)))
 
 
 @on_hopper
@@ -175,12 +173,12 @@ def test_unchecked_calls_the_kept_launch_cannot_serve_are_right(block_size):
 @pytest.mark.parametrize("block_size, layout", [(64, "normal"), (16, "shuffle"), (1, "normal")])
 @pytest.mark.parametrize("row_warpgroups", [False, True])
 def test_hopper_output_options_on_every_split(block_size, layout, row_warpgroups):
-    """Programs of 192 positions (starting mid-page for 128-token pages and mid-chunk for none), one math warpgroup
-    or one a row: bf16 logits are the fp32 ones rounded to nearest even, and without the -inf fill every position a
+    """Four programs a sequence (shares of 192 positions of the longest row, starting mid-page for 128-token pages),
+    one math warpgroup or one a row: bf16 logits are the fp32 ones rounded to nearest even, and without the -inf fill every position a
     row may see holds the same bits while nothing past a sequence's last 64-position chunk is written."""
     problem = random_problem([700, 129, 5, 0], next_n=3, block_size=block_size, layout=layout, ctx_2d=True, seed=9,
                              max_model_len=1000, device="cuda")
-    config = HopperConfig(192, row_warpgroups=row_warpgroups)
+    config = HopperConfig(4, row_warpgroups=row_warpgroups)
     fp32 = problem.call(fp8_paged_mqa_logits, precision="fp8", config=config)
     bf16 = problem.call(fp8_paged_mqa_logits, precision="fp8", config=config, logits_dtype=torch.bfloat16)
     assert_bitwise_equal(bf16, fp32.to(torch.bfloat16))
@@ -243,7 +241,7 @@ def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, lay
         out = torch.full((problem.batch * next_n, 512), 1.0e30, device="cuda")
         problem.replace(context_lens=lens, block_tables=tables).call(
             fp8_paged_mqa_logits, precision=precision, check_values=False, out=out,
-            config=HopperConfig(192, row_warpgroups=row_warpgroups))
+            config=HopperConfig(4, row_warpgroups=row_warpgroups))
         verdict = check_unchecked_logits(out, problem, lens, tables)
         assert verdict["nan_exact"] and verdict["nan"] > 0 and meets_contract(verdict, precision), verdict
 
@@ -305,10 +303,12 @@ def test_the_gather_and_exact_rules_are_within_5_percent_of_the_committed_sweeps
     for (label, variant, precision), group in groups.items():
         fields = dict(kv.split("=") for kv in label.split())
         batch, next_n = int(fields["B"]), int(fields["next_n"])
-        rule = launch.hopper_config(batch, next_n, group[0]["launch"]["max_model_len"], exact=precision == "exact",
+        rule = launch.hopper_config(batch, next_n, exact=precision == "exact",
                                     block_size=1 if variant == "block1" else 64)
+        # The sweep cut rows into fixed runs from max_model_len (its contexts about the shape's): the rule's split
+        # is the run that cuts the row into as many programs.
+        run = launch.fixed_run(group[0]["launch"]["max_model_len"], rule.splits)
         mine = [r["us"] for r in group if (r["launch"]["tokens_per_program"], r["launch"]["stages"],
-                                           r["launch"]["maxnreg"]) == (rule.tokens_per_program, rule.stages,
-                                                                       rule.maxnreg)]
+                                           r["launch"]["maxnreg"]) == (run, rule.stages, rule.maxnreg)]
         assert mine, (label, variant, precision, rule)
         assert min(mine) <= 1.05 * min(r["us"] for r in group), (label, variant, precision, rule)

@@ -39,10 +39,10 @@ def test_launch_config_refuses_what_triton_cannot_launch(fields, exc, message):
 
 
 @pytest.mark.parametrize("fields, exc, message", [
-    (dict(tokens_per_program=128.0), TypeError, "tokens_per_program must be a positive int, got float 128.0"),
-    (dict(tokens_per_program=64, stages=4.0), TypeError, "stages must be a positive int, got float 4.0"),
-    (dict(tokens_per_program=64, maxnreg=80.0), TypeError, "maxnreg must be a positive int, got float 80.0"),
-    (dict(tokens_per_program=64, row_warpgroups="yes"), TypeError, "row_warpgroups must be a bool, got str 'yes'"),
+    (dict(splits=2.0), TypeError, "splits must be a positive int, got float 2.0"),
+    (dict(splits=2, stages=4.0), TypeError, "stages must be a positive int, got float 4.0"),
+    (dict(splits=2, maxnreg=80.0), TypeError, "maxnreg must be a positive int, got float 80.0"),
+    (dict(splits=2, row_warpgroups="yes"), TypeError, "row_warpgroups must be a bool, got str 'yes'"),
 ])
 def test_hopper_config_names_a_field_of_the_wrong_type(fields, exc, message):
     with pytest.raises(exc, match=f"^{message}$"):
@@ -79,7 +79,7 @@ def test_the_portable_rule_is_the_committed_sweeps_fastest_split_or_close(monkey
         # The launch the sweep marked as the rule's is today's rule, with its compiled configuration.
         [marked] = [r for r in rows if r["rule"]]
         assert marked["programs_per_sm"] == rule, (batch, next_n, ctx)
-        config = launch.config_for(batch, 8192)
+        config = launch.config_for(batch)
         assert {k: marked["config"][k] for k in ("chunk", "num_warps", "num_stages", "dot")} == \
             {"chunk": config.chunk, "num_warps": config.num_warps, "num_stages": config.num_stages, "dot": config.dot}
         fastest = min(r["us"] for r in rows)
@@ -90,62 +90,71 @@ def test_the_portable_rule_is_the_committed_sweeps_fastest_split_or_close(monkey
             assert mine > 1.03, (batch, next_n, ctx, mine)
 
 
-def _split_row(sms, *args):
+def _splits(sms, batch, programs_per_sm):
     with mock.patch.object(launch, "multiprocessor_count", return_value=sms):
-        return launch.split_row(*args)
+        return launch.splits_for(batch, programs_per_sm)
 
 
-@given(batch=st.integers(1, 8192), max_model_len=st.integers(1, 300_000), programs_per_sm=st.integers(1, 32),
-       sms=st.sampled_from([1, 16, 78, 108, 132, 144]), chunk=st.sampled_from([16, 32, 64, 128]))
-def test_split_row_covers_each_row_once_in_whole_chunks_with_about_the_programs_asked(
-        batch, max_model_len, programs_per_sm, sms, chunk):
-    run = _split_row(sms, batch, max_model_len, programs_per_sm, chunk)
+@given(batch=st.integers(1, 8192), programs_per_sm=st.integers(1, 32), sms=st.sampled_from([1, 16, 78, 108, 132, 144]))
+def test_splits_for_asks_about_the_programs_per_sm_given(batch, programs_per_sm, sms):
+    splits = _splits(sms, batch, programs_per_sm)
+    asked = programs_per_sm * sms
+    # The fewest programs a sequence that reach the programs asked for, and one a sequence once the batch does.
+    assert splits >= 1 and batch * splits >= asked
+    assert splits == 1 or batch * (splits - 1) < asked
+
+
+@given(batch=st.integers(1, 8192))
+def test_splits_for_gives_more_programs_per_sm_no_fewer_programs(batch):
+    splits = [_splits(132, batch, pps) for pps in (1, 2, 4, 8, 16)]
+    assert splits == sorted(splits)
+
+
+@pytest.mark.parametrize("args, exc, message", [
+    ((0, 2), ValueError, "batch must be a positive int, got 0"), ((64, 2.0), TypeError,
+                                                                  "programs_per_sm must be a positive int, got float"),
+])
+def test_splits_for_names_a_bad_argument(args, exc, message):
+    with pytest.raises(exc, match=message):
+        launch.splits_for(*args)
+
+
+@given(max_model_len=st.integers(1, 300_000), splits=st.integers(1, 600), chunk=st.sampled_from([16, 32, 64, 128]))
+def test_fixed_run_cuts_a_row_into_at_most_splits_runs_of_whole_chunks(max_model_len, splits, chunk):
+    run = launch.fixed_run(max_model_len, splits, chunk)
     chunks = cdiv(max_model_len, chunk)
-    # A program's run is whole chunks, at least one, and no more than the row's.
     assert run % chunk == 0 and chunk <= run <= chunks * chunk
-    # The kernels launch cdiv(max_model_len, run) programs a row, program p taking [p*run, min((p+1)*run, len)):
-    # every position of the row in exactly one of them, and none of them empty.
     programs = cdiv(max_model_len, run)
-    assert (programs - 1) * run < max_model_len <= programs * run
-    # Never more programs than asked for (programs_per_sm x SMs, rounded up to whole sequences) ...
-    asked = cdiv(programs_per_sm * sms, batch)
-    assert programs <= asked
-    # ... and the shortest run that keeps to that: one chunk shorter would launch more.
+    # Every position in exactly one run, none of them empty, and no more runs than splits ...
+    assert (programs - 1) * run < max_model_len <= programs * run and programs <= splits
+    # ... with the shortest run that keeps to that.
     if run > chunk:
-        assert cdiv(max_model_len, run - chunk) > asked
-    # So, when the row has that many chunks, more than half the programs asked for.
-    if chunks >= asked:
-        assert 2 * programs > asked
-    # A batch that fills the SMs by itself gets one program a sequence.
-    if batch >= programs_per_sm * sms:
-        assert programs == 1
+        assert cdiv(max_model_len, run - chunk) > splits
+    assert launch.fixed_run(max_model_len, 1, chunk) == launch.whole_row(max_model_len, chunk)
 
 
-@given(batch=st.integers(1, 8192), max_model_len=st.integers(1, 300_000))
-def test_split_row_gives_more_programs_per_sm_no_fewer_programs(batch, max_model_len):
-    runs = [_split_row(132, batch, max_model_len, pps) for pps in (1, 2, 4, 8, 16)]
-    assert runs == sorted(runs, reverse=True)
-
-
-@given(batch=st.integers(1, 8192), max_model_len=st.integers(1, 300_000), programs_per_sm=st.integers(1, 32))
-def test_config_for_is_split_row_at_the_rule_in_the_tuned_configuration(batch, max_model_len, programs_per_sm):
+@given(batch=st.integers(1, 8192), programs_per_sm=st.integers(1, 32))
+def test_config_for_splits_at_the_rule_in_the_tuned_configuration(batch, programs_per_sm):
     with mock.patch.object(launch, "multiprocessor_count", return_value=132):
-        config = launch.config_for(batch, max_model_len)
-        assert config.tokens_per_program == launch.split_row(batch, max_model_len,
-                                                             launch.default_programs_per_sm(batch))
-        asked = launch.config_for(batch, max_model_len, programs_per_sm=programs_per_sm)
-        assert asked.tokens_per_program == launch.split_row(batch, max_model_len, programs_per_sm)
-        assert launch.config_for(batch, max_model_len, dot="fp8").dot == "fp8"
+        config = launch.config_for(batch)
+        assert config.splits == launch.splits_for(batch, launch.default_programs_per_sm(batch))
+        asked = launch.config_for(batch, programs_per_sm=programs_per_sm)
+        assert asked.splits == launch.splits_for(batch, programs_per_sm) and asked.tokens_per_program is None
+        assert launch.config_for(batch, dot="fp8").dot == "fp8"
     # Its chunk, warps, stages and MMA are the ones the committed sweep timed (checked above against its rows).
     assert (asked.chunk, asked.num_warps, asked.num_stages, asked.dot) == \
         (config.chunk, config.num_warps, config.num_stages, config.dot)
 
 
 @pytest.mark.skipif(not device.INTERPRETED, reason="the interpreter's rule")
-@given(batch=st.integers(1, 4096), max_model_len=st.integers(1, 300_000))
-def test_default_config_gives_each_sequence_one_program_under_the_interpreter(batch, max_model_len):
-    config = launch.default_config(batch, max_model_len)
-    assert config.chunk == 64
-    # One program covers the whole row, in whole chunks: the least multiple of the chunk that reaches its end.
-    assert max_model_len <= config.tokens_per_program < max_model_len + config.chunk
-    assert config.tokens_per_program % config.chunk == 0
+@given(batch=st.integers(1, 4096))
+def test_default_config_gives_each_sequence_one_program_under_the_interpreter(batch):
+    config = launch.default_config(batch)
+    assert (config.chunk, config.splits, config.tokens_per_program) == (64, 1, None)
+
+
+def test_launch_config_takes_one_kind_of_split():
+    with pytest.raises(ValueError, match=r"give splits or tokens_per_program, not both \(got 2 and 128\)"):
+        LaunchConfig(64, 128, splits=2)
+    with pytest.raises(ValueError, match="splits must be a positive int, got 0"):
+        LaunchConfig(splits=0)

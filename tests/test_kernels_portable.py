@@ -53,12 +53,26 @@ def test_fp8_paged_mqa_logits_repeated_runs_are_bitwise_equal(block_size, layout
     assert_bitwise_equal(first, check_repeatable(lambda: problem.call(fp8_paged_mqa_logits, **PORTABLE)))
 
 
-@pytest.mark.parametrize("tokens_per_program", [64, 128, 256])
-def test_fp8_paged_mqa_logits_does_not_depend_on_the_split(tokens_per_program):
-    problem = random_problem([300, 17], block_size=16, seed=5, device=DEV)
+@pytest.mark.parametrize("split", [dict(tokens_per_program=64), dict(tokens_per_program=192), dict(splits=2),
+                                   dict(splits=3), dict(splits=40)])
+@pytest.mark.parametrize("clean_logits", [True, False])
+def test_fp8_paged_mqa_logits_does_not_depend_on_the_split(split, clean_logits):
+    """Fixed runs of the row, or shares of each sequence's own context (three shares of 300 positions start
+    mid-block; 40 leave most programs nothing to read); a long row past the contexts, shared among them for the
+    -inf fill, and an empty sequence. Without the fill, the positions a row may see hold the same bits and nothing
+    past a sequence's last chunk is written."""
+    problem = random_problem([300, 17, 0], block_size=16, seed=5, max_model_len=1100, device=DEV)
     whole = problem.call(fp8_paged_mqa_logits, **PORTABLE)
-    split = problem.call(fp8_paged_mqa_logits, precision="exact", config=LaunchConfig(64, tokens_per_program))
-    assert_bitwise_equal(whole, split)
+    out = torch.full_like(whole, 7.0)
+    problem.call(fp8_paged_mqa_logits, precision="exact", config=LaunchConfig(64, **split), out=out,
+                 clean_logits=clean_logits)
+    if clean_logits:
+        assert_bitwise_equal(whole, out)
+    else:
+        positions = torch.arange(1100, device=DEV)
+        lens = problem.context_lens.reshape(-1, 1)
+        assert_bitwise_equal(out[positions < lens], whole[positions < lens])
+        assert (out[positions >= (lens + 63) // 64 * 64] == 7.0).all()
 
 
 def test_fp8_paged_mqa_logits_layouts_hold_the_same_logits():

@@ -235,7 +235,7 @@ def test_the_next_n_3_rule_is_the_committed_sweeps_fastest_fp8_launch(monkeypatc
     best = report.best_splits(report.load(report.RESULTS / "h200-hopper-sweep.json")["rows"])
     fp8 = {c: r for (s, _, c), r in best.items() if s == f"B={batch} next_n=3 ctx=8192" and "exact" not in c}
     fastest = min(fp8, key=lambda c: fp8[c]["us"])
-    rule = launch.hopper_config(batch, 3, 8192)
+    rule = launch.hopper_config(batch, 3)
     assert json.loads(fastest) == {"row_warpgroups": rule.row_warpgroups, "maxnreg": rule.maxnreg}
     assert fp8[fastest]["pps"] == launch.hopper_programs_per_sm(batch, 3, exact=False)
 

@@ -70,12 +70,12 @@ def test_main_rejects_a_bad_hopper_config_before_timing(tune, tmp_path, capsys, 
 
 def test_hopper_configs_take_the_register_budget_of_their_path(tune, monkeypatch):
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
-    precision, config = tune.make_config("hopper", {"row_warpgroups": True}, 64, 8192, 4, 2)
+    precision, config = tune.make_config("hopper", {"row_warpgroups": True}, 64, 4, 2)
     assert precision == "fp8" and config.maxnreg == 64 and config.row_warpgroups
-    assert config.tokens_per_program == launch.split_row(64, 8192, 4)
-    precision, config = tune.make_config("hopper", {"maxnreg": 96}, 64, 8192, 4)
+    assert config.splits == launch.splits_for(64, 4)
+    precision, config = tune.make_config("hopper", {"maxnreg": 96}, 64, 4)
     assert precision == "fp8" and config.maxnreg == 96 and not config.row_warpgroups
-    precision, config = tune.make_config("hopper", {"precision": "exact"}, 64, 8192, 4, 2)
+    precision, config = tune.make_config("hopper", {"precision": "exact"}, 64, 4, 2)
     assert precision == "exact" and config.maxnreg == 128
 
 

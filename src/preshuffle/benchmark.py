@@ -23,7 +23,7 @@ import torch
 
 from . import deepgemm
 from .kernels import HopperConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
-from .kernels.launch import config_for, hopper_config, whole_row
+from .kernels.launch import config_for, fixed_run, hopper_config
 from .kernels.steps import checked_launch, chunked_logits, per_block_grid_logits
 from .kernels.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
@@ -169,21 +169,20 @@ def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object]]:
     """Chapter 5's steps from chapter 3's kernel to the Hopper kernel, one idea each: (step, kernel, precision,
     call). The last step is the launch rule, what a caller gets; where the Hopper kernel does not run (another GPU),
     only the portable steps."""
-    portable = config_for(problem.batch, problem.max_model_len)
+    portable = config_for(problem.batch)
     steps = [("chapter 3's kernel (exact)", "portable", "exact", kernel_fn(problem, "exact", portable)),
              ("fp8 MMA", "portable", "fp8", kernel_fn(problem, "fp8", portable))]
     if kernel_for(problem.block_size, problem.heads, problem.head_dim, problem.next_n,
                   layout=problem.layout) != "hopper":
         return steps
-    row = whole_row(problem.max_model_len)
-    rule = hopper_config(problem.batch, problem.next_n, problem.max_model_len)
+    rule = hopper_config(problem.batch, problem.next_n)
+    run = fixed_run(problem.max_model_len, rule.splits)
     return steps + [
-        ("TMA in plain Triton", "tl-tma", "fp8",
-         lambda: problem.call(tl_tma_logits, tokens_per_program=rule.tokens_per_program)),
+        ("TMA in plain Triton", "tl-tma", "fp8", lambda: problem.call(tl_tma_logits, tokens_per_program=run)),
         ("Gluon: loader warp, 2-stage ring, a program per sequence", "hopper", "fp8",
-         kernel_fn(problem, "fp8", HopperConfig(row, stages=2, maxnreg=rule.maxnreg))),
+         kernel_fn(problem, "fp8", HopperConfig(1, stages=2, maxnreg=rule.maxnreg))),
         ("4-stage ring", "hopper", "fp8",
-         kernel_fn(problem, "fp8", HopperConfig(row, stages=rule.stages, maxnreg=rule.maxnreg))),
+         kernel_fn(problem, "fp8", HopperConfig(1, stages=rule.stages, maxnreg=rule.maxnreg))),
         ("split across the SMs (launch rule)", "hopper", "fp8", kernel_fn(problem, "fp8")),
     ]
 
@@ -267,7 +266,7 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
             rule_out[precision] = fn()
         if name == "block64-normal":
             for pps in SPLITS if kernel == "hopper" else ():
-                config = hopper_config(shape.batch, shape.next_n, problem.max_model_len, programs_per_sm=pps)
+                config = hopper_config(shape.batch, shape.next_n, programs_per_sm=pps)
                 add(shape, name, kernel="hopper", precision="fp8", timing="graph", rule=False, programs_per_sm=pps,
                     config=asdict(config),
                     **measure(kernel_fn(problem, "fp8", config), problem, reference, precision="fp8",

@@ -196,7 +196,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         refuse_overlap(out, q=q, kv_cache=kv_cache, weights=weights, context_lens=context_lens,
                        block_tables=block_tables)
     if kernel == "portable":
-        config = config or default_config(dims.batch, max_model_len)
+        config = config or default_config(dims.batch)
         if precision == "exact" and not support.fp8_types:
             dot = "fp16-decode"
         else:
@@ -211,8 +211,8 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     contiguous = (q.contiguous(), weights.contiguous(), context_lens.contiguous(), block_tables.contiguous())
     launch = launch_hopper(*contiguous[:1], kv_cache, *contiguous[1:], max_model_len, out, layout=layout,
                            exact=precision == "exact", clean=clean_logits,
-                           config=config or hopper_config(dims.batch, dims.next_n, max_model_len,
-                                                          exact=precision == "exact", block_size=dims.block_size))
+                           config=config or hopper_config(dims.batch, dims.next_n, exact=precision == "exact",
+                                                          block_size=dims.block_size))
     if (keep and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables)))
             and _Kept.addresses(q, weights, context_lens, block_tables, out) is not None):
         if len(_LAUNCHES) >= _MAX_LAUNCHES:

@@ -31,9 +31,10 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   ``row_warpgroups`` each query row gets a math warpgroup of its own (N = heads; 64 registers a thread at fp8)
   reading the same stages, and a stage is free once all of them have arrived: three rows fit two programs an SM
   (6 math warpgroups) where one warpgroup for four padded rows fits two (2).
-* **The split.** Each program owns one sequence and a run of its positions; the launch rule
-  (:func:`preshuffle.kernels.launch.hopper_config`) picks how finely rows are split, how deep the ring is and
-  whether rows get warpgroups of their own.
+* **The split.** Each program owns one sequence and an even share of the chunks that hold its context, cut from
+  the length it reads (:func:`_share`): the launch is ``splits`` programs a sequence whatever ``max_model_len``
+  is, and needs no host sync. The launch rule (:func:`preshuffle.kernels.launch.hopper_config`) picks how many,
+  how deep the ring is and whether rows get warpgroups of their own.
 
 Every position of the output row is written: logits where the row may see the position, -inf past that, NaN
 where the block id is invalid or the scale is not finite and positive, and wherever a NaN in q or a key enters
@@ -274,7 +275,7 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
     then (``CLEAN``) -inf for its rows' positions past the context."""
     ptrs, buffers, bars, dims = work
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
-    out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read = dims
+    out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read, fill_start, fill_end = dims
     kv_smem, sc_smem = buffers
     ready, empty = bars
     GJ: gl.constexpr = 2 if ROWS >= 2 else 1   # query rows per MMA
@@ -351,15 +352,30 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
     if CLEAN:  # positions past the context: -inf, without touching the cache
         tail = gl.arange(0, _CHUNK, layout=flat)
         neg_inf = gl.full([_CHUNK], float("-inf"), out_ptr.dtype.element_ty, layout=flat)
-        for first in range(start + n_read * _CHUNK, end, _CHUNK):
+        for first in range(fill_start, fill_end, _CHUNK):
             for j in gl.static_range(J0, J_END):
                 gl.store(out_ptr + (b * NEXT_N + j).to(gl.int64) * out_stride + first + tail, neg_inf,
-                         mask=first + tail < end)
+                         mask=first + tail < fill_end)
+
+
+@gluon.jit
+def _share(kv_len, max_model_len, split, splits):
+    """Program ``split``'s share of a row whose sequence reads ``kv_len`` positions: the start of its chunks and how
+    many it reads (one of ``splits`` even shares of the chunks that hold the context), and the part of the row past
+    those chunks it fills with -inf (one of ``splits`` even shares of it)."""
+    n_chunks = gl.cdiv(gl.maximum(gl.minimum(kv_len, max_model_len), 0), _CHUNK)
+    per = gl.cdiv(n_chunks, splits)
+    start = split * per * _CHUNK
+    n_read = gl.maximum(gl.minimum(per, n_chunks - split * per), 0)
+    tail = n_chunks * _CHUNK
+    tail_per = gl.cdiv(gl.cdiv(gl.maximum(max_model_len - tail, 0), _CHUNK), splits)
+    fill_start = tail + split * tail_per * _CHUNK
+    return start, n_read, fill_start, gl.minimum(fill_start + tail_per * _CHUNK, max_model_len)
 
 
 @gluon.jit
 def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-                   bt_stride, bt_width, out_stride, max_model_len, tokens_per_program, num_blocks,
+                   bt_stride, bt_width, out_stride, max_model_len, splits, num_blocks,
                    NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                    TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
                    EXACT: gl.constexpr, GATHER: gl.constexpr, CLEAN: gl.constexpr, MATH_WGS: gl.constexpr,
@@ -367,15 +383,13 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
                    num_warps: gl.constexpr):
     # kv_src, sc_src: TMA descriptors over the cache's values and scales, or (GATHER) pointers to them.
     b = gl.program_id(0)
-    start = gl.program_id(1) * tokens_per_program
-    end = gl.minimum(start + tokens_per_program, max_model_len)
     if CTX_2D:
         kv_len = gl.load(ctx_ptr + b * NEXT_N)
         for j in gl.static_range(1, NEXT_N):
             kv_len = gl.maximum(kv_len, gl.load(ctx_ptr + b * NEXT_N + j))
     else:
         kv_len = gl.load(ctx_ptr + b)
-    n_read = gl.cdiv(gl.maximum(gl.minimum(end, kv_len) - start, 0), _CHUNK)
+    start, n_read, fill_start, fill_end = _share(kv_len, max_model_len, gl.program_id(1), splits)
 
     # Natural pages land 128-byte swizzled, as WGMMA reads them in place; preshuffled pages are copied raw into
     # the same (1024-byte aligned) ring.
@@ -399,7 +413,8 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     bars = (ready, empty)
     loads = ((kv_src, sc_src), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, num_blocks)
     work = ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
-            (out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read))
+            (out_stride, num_blocks, bt_stride, bt_width, b, start, max_model_len, kv_len, n_read, fill_start,
+             fill_end))
     # One math warpgroup for all query rows, or one for each: each waits for the same stages, and a stage is free
     # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:
@@ -502,9 +517,8 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     stride (``out``: fp32 or bf16, rows contiguous)."""
     batch, next_n, heads, _ = q.shape
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
-    grid = (batch, triton.cdiv(max_model_len, config.tokens_per_program))
-    dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, config.tokens_per_program,
-            num_blocks)
+    grid = (batch, config.splits)
+    dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, config.splits, num_blocks)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=context_lens.dim() == 2,
                                          exact=exact, config=config, clean=clean)
     srcs = sources(kv_cache, layout)
@@ -521,7 +535,7 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
     the context; ``bf16``: bf16 logits instead of fp32."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    config = config or HopperConfig(CHUNK)
+    config = config or HopperConfig(1)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
                                          config=config, clean=clean)
     if gathers(block_size):
@@ -532,8 +546,8 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
                       "sc_src": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>"}
     signature = {"q_ptr": "*fp8e4nv", **cache_args,
                  "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*bf16" if bf16 else "*fp32",
-                 **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "tokens_per_program",
-                                  "num_blocks"), "i32"),
+                 **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "splits", "num_blocks"),
+                                 "i32"),
                  **dict.fromkeys((*constexprs, "num_warps"), "constexpr")}
     tensors = (0, 1, 2, 3, 4, 5, 6) if gathers(block_size) else (0, 3, 4, 5, 6)
     aligned = {(i,): [["tt.divisibility", 16]] for i in tensors}  # the tensors, 16-byte aligned

@@ -7,6 +7,12 @@ benchmarks/tune.py compared chunks of 64/128 positions, 4/8 warps and 1-6 pipeli
 lose 7-20%, chunks of 128 lose 15-45%). What depends on the shape is how finely each sequence's row is split
 into programs: batches of 64 or fewer were fastest near 4 programs per SM, batches of 128-256 at 16, and 4096
 is flat (one program per sequence is already 31 per SM).
+
+Both kernels split each row on the device: the launch fixes how many programs a sequence gets (``splits``, from the
+batch and the SMs alone), and each program takes its share of its own row's context, read from the lengths it is
+given. So the launch does not depend on ``max_model_len`` (vLLM passes the model's longest context, 163840 for
+DeepSeek-V3.2, whatever the batch holds) and needs no host sync: the -inf fill past a row's context, when asked
+for, is shared among the same programs.
 """
 
 from __future__ import annotations
@@ -28,14 +34,17 @@ CHUNK, NUM_WARPS, NUM_STAGES = 64, 4, 5
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """How one call is cut into programs: ``chunk`` positions per ``tl.dot``, ``tokens_per_program``
-    positions per program (a multiple of ``chunk``), and Triton's ``num_warps``/``num_stages``."""
+    """How one call is cut into programs: ``chunk`` positions per ``tl.dot``; ``splits`` programs per sequence, each
+    taking an even share of its row's context on the device, or else ``tokens_per_program`` positions per program
+    (a multiple of ``chunk``, a fixed run of the output row whatever the context); Triton's
+    ``num_warps``/``num_stages``. Neither split given: one program per sequence."""
 
     chunk: int = 64
     tokens_per_program: int | None = None
     num_warps: int = 4
     num_stages: int = 2
     dot: str = "fp16"
+    splits: int | None = None
 
     def __post_init__(self):
         if positive_int(self.chunk, "chunk") < 16 or self.chunk & (self.chunk - 1):
@@ -50,6 +59,11 @@ class LaunchConfig:
         if positive_int(self.num_warps, "num_warps") > 32 or self.num_warps & (self.num_warps - 1):
             raise ValueError(f"num_warps must be a power of two in [1, 32], got {self.num_warps}")
         positive_int(self.num_stages, "num_stages")
+        if self.splits is not None:
+            positive_int(self.splits, "splits")
+            if self.tokens_per_program is not None:
+                raise ValueError(f"give splits or tokens_per_program, not both (got {self.splits} and "
+                                 f"{self.tokens_per_program})")
 
 
 def dot_precision(dot: str) -> str:
@@ -70,48 +84,59 @@ def whole_row(max_model_len: int, chunk: int = CHUNK) -> int:
     return triton.cdiv(max_model_len, chunk) * chunk
 
 
-def split_row(batch: int, max_model_len: int, programs_per_sm: int, chunk: int = CHUNK) -> int:
-    """Positions per program that split each row so that ``batch * splits`` is about ``programs_per_sm``
-    programs per SM, never cutting below one chunk per program: small batches with long contexts get split along
-    the context."""
+def splits_for(batch: int, programs_per_sm: int) -> int:
+    """Programs per sequence so that ``batch * splits`` is about ``programs_per_sm`` programs per SM, at least one:
+    small batches with long contexts get each row split along its context."""
+    positive_int(batch, "batch")
+    positive_int(programs_per_sm, "programs_per_sm")
+    return max(1, triton.cdiv(programs_per_sm * multiprocessor_count(), batch))
+
+
+def fixed_run(max_model_len: int, splits: int, chunk: int = CHUNK) -> int:
+    """Positions per program of a fixed-run launch (the teaching kernels' kind) that cuts a row of
+    ``max_model_len`` into at most ``splits`` runs of whole chunks."""
     chunks = triton.cdiv(max_model_len, chunk)
-    splits = max(1, min(chunks, triton.cdiv(programs_per_sm * multiprocessor_count(), batch)))
-    return triton.cdiv(chunks, splits) * chunk
+    return triton.cdiv(chunks, min(splits, chunks)) * chunk
 
 
-def config_for(batch: int, max_model_len: int, *, programs_per_sm: int | None = None, chunk: int = CHUNK,
-               num_warps: int = NUM_WARPS, num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
-    """The portable kernel's launch: :func:`split_row` at ``programs_per_sm`` (default: the measured rule)."""
-    tokens = split_row(batch, max_model_len, programs_per_sm or default_programs_per_sm(batch), chunk)
-    return LaunchConfig(chunk, tokens, num_warps, num_stages, **fields)
+def split_row(batch: int, max_model_len: int, programs_per_sm: int, chunk: int = CHUNK) -> int:
+    """:func:`fixed_run` at :func:`splits_for`'s split: the run of a fixed-run launch with about ``programs_per_sm``
+    programs per SM, never below one chunk per program."""
+    return fixed_run(max_model_len, splits_for(batch, programs_per_sm), chunk)
 
 
-def default_config(batch: int, max_model_len: int) -> LaunchConfig:
+def config_for(batch: int, *, programs_per_sm: int | None = None, chunk: int = CHUNK, num_warps: int = NUM_WARPS,
+               num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
+    """The portable kernel's launch: :func:`splits_for` at ``programs_per_sm`` (default: the measured rule)."""
+    splits = splits_for(batch, programs_per_sm or default_programs_per_sm(batch))
+    return LaunchConfig(chunk, None, num_warps, num_stages, splits=splits, **fields)
+
+
+def default_config(batch: int) -> LaunchConfig:
     """Under the interpreter every program costs Python overhead, so one program per sequence; compiled, split
     each row so that the grid has a few programs per SM."""
     if device.INTERPRETED:
-        return LaunchConfig(CHUNK, whole_row(max_model_len))
-    return config_for(batch, max_model_len)
+        return LaunchConfig(CHUNK, splits=1)
+    return config_for(batch)
 
 
 @dataclass(frozen=True)
 class HopperConfig:
-    """How one call of the Hopper kernel is cut: ``tokens_per_program`` positions per program (a multiple of 64),
-    a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
+    """How one call of the Hopper kernel is cut: ``splits`` programs per sequence (each an even share of its row's
+    context, cut on the device), a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
     programs share an SM, and ptxas must fit the math warpgroups in it; the loader gets ``loader_regs``, by
     default :func:`hopper_loader_regs`'s).
     ``row_warpgroups``: with next_n >= 2, a math warpgroup for each query row, all reading the same stages, instead
     of one warpgroup for every row."""
 
-    tokens_per_program: int
+    splits: int
     stages: int = 4
     maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
     loader_regs: int | None = None
     row_warpgroups: bool = False
 
     def __post_init__(self):
-        if positive_int(self.tokens_per_program, "tokens_per_program") % CHUNK:
-            raise ValueError(f"tokens_per_program must be a positive multiple of {CHUNK}, got {self.tokens_per_program}")
+        positive_int(self.splits, "splits")
         if not 2 <= positive_int(self.stages, "stages") <= 12:
             raise ValueError(f"stages must be in [2, 12], got {self.stages}")
         for name in ("maxnreg", "loader_regs"):
@@ -153,7 +178,7 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = 
     return 8 if batch >= 256 else 4
 
 
-def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = False, block_size: int = 64,
+def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: int = 64,
                   programs_per_sm: int | None = None, stages: int | None = None) -> HopperConfig:
     """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape; the
     gather takes 3 (the same at one query row, 49.9 us instead of 59.0 at B=64 next_n=2: its copies pass through
@@ -162,7 +187,7 @@ def hopper_config(batch: int, next_n: int, max_model_len: int, *, exact: bool = 
     gather = gathers(block_size)
     pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather)
     rows = next_n == 3
-    return HopperConfig(split_row(batch, max_model_len, pps), stages or (3 if gather else 4),
+    return HopperConfig(splits_for(batch, pps), stages or (3 if gather else 4),
                         hopper_maxnreg(next_n, exact, rows), row_warpgroups=rows)
 
 

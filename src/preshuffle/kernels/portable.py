@@ -8,13 +8,14 @@ chooses between.
 * preshuffled blocks (multiples of 16): the same bytes in 16x16 tiles; one token's 16 dims of a tile are
   still 16 contiguous bytes, so the loads keep their width.
 
-Each program owns one sequence and a run of ``tokens_per_program`` positions of its output row. It keeps
-the sequence's queries ``[next_n*H, D]`` and weights in registers, then for each CHUNK of positions loads
-the fp8 keys and their scales, computes ``relu(s * q.k)`` with one ``tl.dot``, reduces over heads with the
-weights, and stores the logits (-inf outside each row's visible prefix). Positions past the context are
-filled with -inf without touching the cache, so the output is fully defined up to ``max_model_len``; unless
-``CLEAN`` is off (DeepGEMM's ``clean_logits=False``): then no program writes past the chunks that hold its rows'
-context, and what a row may not see is left unspecified. A bf16 output gets each fp32 logit rounded to nearest
+Each program owns one sequence and a share of its output row (:func:`program_share`): one of ``splits`` even
+shares of the chunks that hold the sequence's context, cut from the length the program reads, or a fixed run of
+``tokens_per_program`` positions. It keeps the sequence's queries ``[next_n*H, D]`` and weights in registers, then
+for each CHUNK of positions loads the fp8 keys and their scales, computes ``relu(s * q.k)`` with one ``tl.dot``,
+reduces over heads with the weights, and stores the logits (-inf outside each row's visible prefix). Positions past
+the context are filled with -inf without touching the cache, each program filling its share, so the output is fully
+defined up to ``max_model_len``; unless ``CLEAN`` is off (DeepGEMM's ``clean_logits=False``): then no program writes
+past the chunks that hold its rows' context, and what a row may not see is left unspecified. A bf16 output gets each fp32 logit rounded to nearest
 even.
 Where Triton has no e4m3 type (sm80-sm86) the exact path decodes the bytes to fp16 with integer instructions
 (``DOT`` "fp16-decode"), the same values Triton's conversion gives elsewhere.
@@ -34,7 +35,7 @@ import torch
 
 from .. import device  # first: sets TRITON_INTERPRET before the kernel below is decorated
 from ..contract import CallDims
-from .launch import LaunchConfig, whole_row
+from .launch import LaunchConfig
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -204,16 +205,39 @@ def _score_chunks(lo, hi, s_next, start, q_t, w, visible, read_len, end, b, bt_p
 
 
 @triton.jit
+def program_share(kv_len, max_model_len, split, splits, run, CHUNK: tl.constexpr):
+    """Program ``split``'s share of a row whose sequence reads ``kv_len`` positions: where its chunks start, where
+    its reading ends, and the part of the row past the context it fills with -inf (``fill_start``, ``fill_end``).
+    ``run`` > 0: a fixed run of that many positions, the ``split``-th of the row. Else one of ``splits`` even shares
+    of the chunks that hold the context, and one of ``splits`` even shares of the chunks past them. Shares of
+    different programs never overlap, and together they cover the row up to ``max_model_len``."""
+    n_chunks = tl.cdiv(tl.maximum(tl.minimum(kv_len, max_model_len), 0), CHUNK)
+    if run > 0:
+        start = split * run
+        run_end = tl.minimum(start + run, max_model_len)
+        read_end = tl.minimum(run_end, kv_len)
+        fill_start = tl.maximum(start, n_chunks * CHUNK)
+        fill_end = run_end
+    else:
+        per = tl.cdiv(n_chunks, splits)
+        start = split * per * CHUNK
+        read_end = tl.minimum(tl.minimum(start + per * CHUNK, kv_len), max_model_len)
+        tail = n_chunks * CHUNK
+        tail_per = tl.cdiv(tl.cdiv(tl.maximum(max_model_len - tail, 0), CHUNK), splits)
+        fill_start = tail + split * tail_per * CHUNK
+        fill_end = tl.minimum(fill_start + tail_per * CHUNK, max_model_len)
+    return start, read_end, fill_start, fill_end
+
+
+@triton.jit
 def _paged_mqa_logits_kernel(
     q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-    bt_stride, table_tokens, num_blocks, out_stride, max_model_len, tokens_per_program,
+    bt_stride, table_tokens, num_blocks, out_stride, max_model_len, splits, run,
     NEXT_N: tl.constexpr, NEXT_N_PAD: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
     DOT: tl.constexpr, CLEAN: tl.constexpr,
 ):
     b = tl.program_id(0)
-    start = tl.program_id(1) * tokens_per_program
-    end = tl.minimum(start + tokens_per_program, max_model_len)
 
     # Queries transposed, [D, NEXT_N_PAD*H]: column c = j*H + h. Keys are the dot's left operand, so the
     # head reduction runs along the accumulator's columns, inside a warp. Padding columns (j >= NEXT_N)
@@ -242,6 +266,8 @@ def _paged_mqa_logits_kernel(
         kv_len = tl.load(ctx_ptr + b)
         visible = kv_len - NEXT_N + js + 1
     visible = tl.where(js < NEXT_N, visible, 0)
+    start, read_end, fill_start, fill_end = program_share(kv_len, max_model_len, tl.program_id(1), splits, run, CHUNK)
+    end = max_model_len  # a share's chunks end inside its row; only the row's last chunk reaches past its end
     out_rows = out_ptr + (b * NEXT_N + js).to(tl.int64)[None, :] * out_stride
     row_mask = (js < NEXT_N)[None, :]
 
@@ -250,7 +276,6 @@ def _paged_mqa_logits_kernel(
     else:
         dim_offsets = dims
     tok = tl.arange(0, CHUNK)
-    read_end = tl.minimum(end, kv_len)
     n_read = tl.cdiv(tl.maximum(read_end - start, 0), CHUNK)
     # Positions with a block-table entry: with unchecked inputs the context may run past the table row.
     read_len = tl.minimum(kv_len, table_tokens)
@@ -272,9 +297,9 @@ def _paged_mqa_logits_kernel(
 
     if CLEAN:
         neg_inf = _as_output(out_rows, tl.full((CHUNK, NEXT_N_PAD), float("-inf"), tl.float32))
-        for tail in range(start + n_read * CHUNK, end, CHUNK):
+        for tail in range(fill_start, fill_end, CHUNK):
             pos = tail + tok
-            tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < end)[:, None])
+            tl.store(out_rows + pos[:, None], neg_inf, mask=row_mask & (pos < fill_end)[:, None])
 
 
 def check_tiles(heads: int, head_dim: int, what: str) -> None:
@@ -291,16 +316,17 @@ def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
     shapes and values; ``q`` e4m3, tensors on the kernels' device; ``out`` the checked output tensor, fp32 or bf16,
     its rows contiguous; ``clean``: write -inf past each row's context too)."""
     check_tiles(dims.heads, dims.head_dim, "the Triton kernel")
-    tokens_per_program = config.tokens_per_program or whole_row(max_model_len, config.chunk)
+    run = config.tokens_per_program or 0
+    splits = triton.cdiv(max_model_len, run) if run else config.splits or 1
     block_tables = block_tables.contiguous()
     if out.numel() == 0:
         return out
-    grid = (dims.batch, triton.cdiv(max_model_len, tokens_per_program))
+    grid = (dims.batch, splits)
     _paged_mqa_logits_kernel[grid](
         q.contiguous().view(torch.uint8), kv_cache, kv_cache.view(torch.float32), weights.contiguous(),
         context_lens.contiguous(), block_tables, out,
         block_tables.stride(0), dims.max_blocks * dims.block_size, dims.num_blocks, out.stride(0), max_model_len,
-        tokens_per_program,
+        splits, run,
         NEXT_N=dims.next_n, NEXT_N_PAD=triton.next_power_of_2(dims.next_n), H=dims.heads, D=dims.head_dim,
         BLOCK_SIZE=dims.block_size, SHUFFLED=layout == "shuffle", CTX_2D=dims.ctx_2d, CHUNK=config.chunk,
         DOT=config.dot, CLEAN=clean, num_warps=config.num_warps, num_stages=config.num_stages,

@@ -20,7 +20,7 @@ import torch
 from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
 from ..contract import check_inputs
 from . import fp8_paged_mqa_logits
-from .launch import LaunchConfig, default_config, whole_row
+from .launch import LaunchConfig, default_config, fixed_run
 from .portable import check_tiles
 
 import triton  # noqa: E402
@@ -240,10 +240,10 @@ def _chunked_launch(q, kv_cache, weights, context_lens, block_tables, max_model_
     for name, value in (("keys_as_a", keys_as_a), ("scale_after_sum", scale_after_sum), ("scales_ahead", scales_ahead)):
         if not isinstance(value, bool):  # a constexpr: "no" would switch the idea on
             raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    config = config or default_config(p.batch, max_model_len)
+    config = config or default_config(p.batch)
     if config.dot != "fp16":
         raise ValueError(f"config.dot must be 'fp16' for the teaching kernel, got {config.dot!r}")
-    run = config.tokens_per_program or whole_row(max_model_len, config.chunk)
+    run = config.tokens_per_program or fixed_run(max_model_len, config.splits or 1, config.chunk)
     q8, w, lens, tables = (q.contiguous().view(torch.uint8), weights.contiguous(), context_lens.contiguous(),
                            block_tables.contiguous())
 
@@ -278,7 +278,7 @@ def portable_logits(q, kv_cache, weights, context_lens, block_tables, max_model_
     """Steps 8-11: the package's portable kernel (kernels/portable.py) with exact products, on any device, with
     ``config`` or its launch rule. (On an sm90 GPU the entry point would otherwise run chapter 5's Hopper kernel.)"""
     dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
-    config = config or default_config(dims.batch, dims.max_model_len)
+    config = config or default_config(dims.batch)
     # The values are checked above: the entry point need not read them on the host again.
     return fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=layout,
                                 precision="exact", config=config, check_values=False)
