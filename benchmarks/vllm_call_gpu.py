@@ -8,9 +8,9 @@ own width and at vLLM's, on every measured shape (64-token natural pages: DeepGE
 (the logits a row may see, against the float64 reference, by the fp8 contract, bitwise repeatable); then every
 call is timed once a round (CUDA-graph replays, L2 flushed between replays), ``--rounds`` rounds, so that each
 round gives a ratio of two times taken seconds apart. ``--configs`` adds launches of the package's own entry point
-at the rows' width on the shapes of several query rows, each a JSON object of
-:class:`preshuffle.kernels.HopperConfig` fields (plus ``pps``, programs an SM, for the split), timed in the same
-rounds::
+at the rows' width, each a JSON object of :class:`preshuffle.kernels.HopperConfig` fields over the launch rule's
+(``splits`` among them), plus ``pps`` (programs an SM, for the split) and the shapes it is for (``batch``,
+``next_n``: lists; by default every shape), timed in the same rounds::
 
     python benchmarks/vllm_call_gpu.py OUT.json [--rounds 3] [--shapes 0 1 8] \\
         [--configs '{"row_warpgroups": true, "stages": 8}' ...]
@@ -40,6 +40,7 @@ from preshuffle.testing.numeric import CONTRACTS, check_repeatable, compare_logi
 
 VLLM_MAX_MODEL_LEN = 163840  # DeepSeek-V3.2's max_model_len, what vLLM passes as max_context_len
 REPEATS = 5                  # runs compared bit for bit before a call is timed
+SELECTORS = ("pps", "batch", "next_n")  # --configs keys that are no HopperConfig field
 
 
 def widened(problem, width: int):
@@ -83,9 +84,12 @@ def calls(shape: Shape, dg, build, configs) -> tuple:
             if deepgemm.refusal(dg_problem, build) is None:
                 out.append(("deepgemm" if direct else "deepgemm-flattened", width,
                             deepgemm.logits_fn(dg, dg_problem, build), {}))
-    for fields in configs if shape.next_n > 1 else ():
+    for fields in configs:
         fields = dict(fields)
         pps = fields.pop("pps", None)
+        if shape.batch not in fields.pop("batch", [shape.batch]) or shape.next_n not in fields.pop("next_n",
+                                                                                                  [shape.next_n]):
+            continue
         # The rule's launch for the shape (at pps programs an SM, if given), with the fields asked for.
         config = HopperConfig(**{**asdict(hopper_config(shape.batch, shape.next_n, programs_per_sm=pps)), **fields})
         fn = (lambda c: lambda: problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, config=c,
@@ -153,6 +157,8 @@ def table(record: dict) -> str:
                     find(rows, shape, "deepgemm-flattened", r["max_model_len"])
                 q = ratio(r, dg)
                 text = f"{q['median']:.2f}x [{q['low']:.2f}, {q['high']:.2f}]" if q else "-"
+                if "error" in r:
+                    text = "error: " + r["error"].strip().splitlines()[-1][:60]
                 lines.append(f"{'  ' + json.dumps(r['asked']) + ' pps ' + str(r['pps']):54s} {us(r):>8s} "
                              f"{'':9s} {text:>30s}")
     lines.append(f"Times in us, the median of {record['rounds']} rounds (CUDA-graph replays, L2 flushed); ratio = ours "
@@ -182,9 +188,12 @@ def main(argv=None) -> int:
         if not isinstance(fields, dict):
             ap.error(f"--configs {text!r}: expected a JSON object")
         try:
-            HopperConfig(**{"splits": 1, **{k: v for k, v in fields.items() if k != "pps"}})
+            HopperConfig(**{"splits": 1, **{k: v for k, v in fields.items() if k not in SELECTORS}})
         except (TypeError, ValueError) as exc:
             ap.error(f"--configs {text!r}: {exc}")
+        for key in ("batch", "next_n"):
+            if key in fields and not (isinstance(fields[key], list) and all(isinstance(v, int) for v in fields[key])):
+                ap.error(f"--configs {text!r}: {key} must be a list of ints, got {fields[key]!r}")
         configs.append(fields)
     timing.refuse_interpreter()
     started = time.time()

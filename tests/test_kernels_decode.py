@@ -82,7 +82,7 @@ from triton.compiler import ASTSource
 from preshuffle.kernels import portable
 
 signature = {name: "i32" for name in ("bt_stride", "table_tokens", "num_blocks", "out_stride", "max_model_len",
-                                      "splits", "run")}
+                                      "run")}
 signature = {"q_ptr": "*u8", "kv_ptr": "*u8", "scale_ptr": "*fp32", "w_ptr": "*fp32", "ctx_ptr": "*i32",
              "bt_ptr": "*i32", "out_ptr": "*fp32", **signature}
 constexprs = dict(NEXT_N=1, NEXT_N_PAD=1, H=64, D=128, BLOCK_SIZE=64, SHUFFLED=False, CTX_2D=False, CHUNK=64,

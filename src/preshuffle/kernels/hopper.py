@@ -32,9 +32,10 @@ Why each piece (the numbers are chapter 5's, measured on an H200):
   reading the same stages, and a stage is free once all of them have arrived: three rows fit two programs an SM
   (6 math warpgroups) where one warpgroup for four padded rows fits two (2).
 * **The split.** Each program owns one sequence and an even share of the chunks that hold its context, cut from
-  the length it reads (:func:`_share`): the launch is ``splits`` programs a sequence whatever ``max_model_len``
-  is, and needs no host sync. The launch rule (:func:`preshuffle.kernels.launch.hopper_config`) picks how many,
-  how deep the ring is and whether rows get warpgroups of their own.
+  the length it reads (:func:`_read_share`; the -inf fill past it likewise, :func:`_fill_share`): the launch is
+  ``splits`` programs a sequence whatever ``max_model_len`` is, and needs no host sync. The launch rule
+  (:func:`preshuffle.kernels.launch.hopper_config`) picks how many, how deep the ring is and whether rows get
+  warpgroups of their own.
 
 Every position of the output row is written: logits where the row may see the position, -inf past that, NaN
 where the block id is invalid or the scale is not finite and positive, and wherever a NaN in q or a key enters
@@ -275,7 +276,7 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
     then (``CLEAN``) -inf for its rows' positions past the context."""
     ptrs, buffers, bars, dims = work
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
-    out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read, fill_start, fill_end = dims
+    out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read = dims
     kv_smem, sc_smem = buffers
     ready, empty = bars
     GJ: gl.constexpr = 2 if ROWS >= 2 else 1   # query rows per MMA
@@ -350,32 +351,45 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
                          J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
 
     if CLEAN:  # positions past the context: -inf, without touching the cache
+        fill_start, fill_end = _fill_share(kv_len, end)
         tail = gl.arange(0, _CHUNK, layout=flat)
         neg_inf = gl.full([_CHUNK], float("-inf"), out_ptr.dtype.element_ty, layout=flat)
         for first in range(fill_start, fill_end, _CHUNK):
+            pos = first + tail
             for j in gl.static_range(J0, J_END):
-                gl.store(out_ptr + (b * NEXT_N + j).to(gl.int64) * out_stride + first + tail, neg_inf,
-                         mask=first + tail < fill_end)
+                gl.store(out_ptr + ((b * NEXT_N + j).to(gl.int64) * out_stride + pos), neg_inf, mask=pos < fill_end)
 
 
 @gluon.jit
-def _share(kv_len, max_model_len, split, splits):
-    """Program ``split``'s share of a row whose sequence reads ``kv_len`` positions: the start of its chunks and how
-    many it reads (one of ``splits`` even shares of the chunks that hold the context), and the part of the row past
-    those chunks it fills with -inf (one of ``splits`` even shares of it)."""
-    n_chunks = gl.cdiv(gl.maximum(gl.minimum(kv_len, max_model_len), 0), _CHUNK)
-    per = gl.cdiv(n_chunks, splits)
-    start = split * per * _CHUNK
-    n_read = gl.maximum(gl.minimum(per, n_chunks - split * per), 0)
-    tail = n_chunks * _CHUNK
-    tail_per = gl.cdiv(gl.cdiv(gl.maximum(max_model_len - tail, 0), _CHUNK), splits)
-    fill_start = tail + split * tail_per * _CHUNK
-    return start, n_read, fill_start, gl.minimum(fill_start + tail_per * _CHUNK, max_model_len)
+def _chunks(kv_len, max_model_len):
+    """The chunks that hold a row's context: the sequence reads ``kv_len`` positions, the row holds
+    ``max_model_len``."""
+    return gl.cdiv(gl.maximum(gl.minimum(kv_len, max_model_len), 0), _CHUNK)
+
+
+@gluon.jit
+def _read_share(kv_len, max_model_len):
+    """This program's share of its row's context: the first of its chunks and how many it reads, one of the row's
+    ``num_programs(1)`` even shares of the chunks that hold the context."""
+    n_chunks = _chunks(kv_len, max_model_len)
+    split = gl.program_id(1)
+    per = gl.cdiv(n_chunks, gl.num_programs(1))
+    return split * per * _CHUNK, gl.maximum(gl.minimum(per, n_chunks - split * per), 0)
+
+
+@gluon.jit
+def _fill_share(kv_len, max_model_len):
+    """This program's share of the row past the chunks that hold the context, which it fills with -inf: one of the
+    row's ``num_programs(1)`` even shares."""
+    tail = _chunks(kv_len, max_model_len) * _CHUNK
+    per = gl.cdiv(gl.cdiv(gl.maximum(max_model_len - tail, 0), _CHUNK), gl.num_programs(1))
+    first = tail + gl.program_id(1) * per * _CHUNK
+    return first, gl.minimum(first + per * _CHUNK, max_model_len)
 
 
 @gluon.jit
 def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-                   bt_stride, bt_width, out_stride, max_model_len, splits, num_blocks,
+                   bt_stride, bt_width, out_stride, max_model_len, num_blocks,
                    NEXT_N: gl.constexpr, NP: gl.constexpr, H: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                    TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
                    EXACT: gl.constexpr, GATHER: gl.constexpr, CLEAN: gl.constexpr, MATH_WGS: gl.constexpr,
@@ -389,7 +403,7 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
             kv_len = gl.maximum(kv_len, gl.load(ctx_ptr + b * NEXT_N + j))
     else:
         kv_len = gl.load(ctx_ptr + b)
-    start, n_read, fill_start, fill_end = _share(kv_len, max_model_len, gl.program_id(1), splits)
+    start, n_read = _read_share(kv_len, max_model_len)
 
     # Natural pages land 128-byte swizzled, as WGMMA reads them in place; preshuffled pages are copied raw into
     # the same (1024-byte aligned) ring.
@@ -413,8 +427,7 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     bars = (ready, empty)
     loads = ((kv_src, sc_src), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, num_blocks)
     work = ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
-            (out_stride, num_blocks, bt_stride, bt_width, b, start, max_model_len, kv_len, n_read, fill_start,
-             fill_end))
+            (out_stride, num_blocks, bt_stride, bt_width, b, start, max_model_len, kv_len, n_read))
     # One math warpgroup for all query rows, or one for each: each waits for the same stages, and a stage is free
     # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:
@@ -518,7 +531,7 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     batch, next_n, heads, _ = q.shape
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     grid = (batch, config.splits)
-    dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, config.splits, num_blocks)
+    dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, num_blocks)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=context_lens.dim() == 2,
                                          exact=exact, config=config, clean=clean)
     srcs = sources(kv_cache, layout)
@@ -546,8 +559,7 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
                       "sc_src": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>"}
     signature = {"q_ptr": "*fp8e4nv", **cache_args,
                  "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*bf16" if bf16 else "*fp32",
-                 **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "splits", "num_blocks"),
-                                 "i32"),
+                 **dict.fromkeys(("bt_stride", "bt_width", "out_stride", "max_model_len", "num_blocks"), "i32"),
                  **dict.fromkeys((*constexprs, "num_warps"), "constexpr")}
     tensors = (0, 1, 2, 3, 4, 5, 6) if gathers(block_size) else (0, 3, 4, 5, 6)
     aligned = {(i,): [["tt.divisibility", 16]] for i in tensors}  # the tensors, 16-byte aligned

@@ -205,12 +205,13 @@ def _score_chunks(lo, hi, s_next, start, q_t, w, visible, read_len, end, b, bt_p
 
 
 @triton.jit
-def program_share(kv_len, max_model_len, split, splits, run, CHUNK: tl.constexpr):
-    """Program ``split``'s share of a row whose sequence reads ``kv_len`` positions: where its chunks start, where
-    its reading ends, and the part of the row past the context it fills with -inf (``fill_start``, ``fill_end``).
-    ``run`` > 0: a fixed run of that many positions, the ``split``-th of the row. Else one of ``splits`` even shares
-    of the chunks that hold the context, and one of ``splits`` even shares of the chunks past them. Shares of
-    different programs never overlap, and together they cover the row up to ``max_model_len``."""
+def program_share(kv_len, max_model_len, run, CHUNK: tl.constexpr):
+    """This program's share of a row whose sequence reads ``kv_len`` positions: where its chunks start, where its
+    reading ends, and the part of the row past the context it fills with -inf (``fill_start``, ``fill_end``).
+    ``run`` > 0: a fixed run of that many positions, the ``program_id(1)``-th of the row. Else one of the row's
+    ``num_programs(1)`` even shares of the chunks that hold the context, and as many of the chunks past them. Shares
+    of different programs never overlap, and together they cover the row up to ``max_model_len``."""
+    split, splits = tl.program_id(1), tl.num_programs(1)
     n_chunks = tl.cdiv(tl.maximum(tl.minimum(kv_len, max_model_len), 0), CHUNK)
     if run > 0:
         start = split * run
@@ -232,7 +233,7 @@ def program_share(kv_len, max_model_len, split, splits, run, CHUNK: tl.constexpr
 @triton.jit
 def _paged_mqa_logits_kernel(
     q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-    bt_stride, table_tokens, num_blocks, out_stride, max_model_len, splits, run,
+    bt_stride, table_tokens, num_blocks, out_stride, max_model_len, run,
     NEXT_N: tl.constexpr, NEXT_N_PAD: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, SHUFFLED: tl.constexpr, CTX_2D: tl.constexpr, CHUNK: tl.constexpr,
     DOT: tl.constexpr, CLEAN: tl.constexpr,
@@ -266,7 +267,7 @@ def _paged_mqa_logits_kernel(
         kv_len = tl.load(ctx_ptr + b)
         visible = kv_len - NEXT_N + js + 1
     visible = tl.where(js < NEXT_N, visible, 0)
-    start, read_end, fill_start, fill_end = program_share(kv_len, max_model_len, tl.program_id(1), splits, run, CHUNK)
+    start, read_end, fill_start, fill_end = program_share(kv_len, max_model_len, run, CHUNK)
     end = max_model_len  # a share's chunks end inside its row; only the row's last chunk reaches past its end
     out_rows = out_ptr + (b * NEXT_N + js).to(tl.int64)[None, :] * out_stride
     row_mask = (js < NEXT_N)[None, :]
@@ -326,7 +327,7 @@ def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
         q.contiguous().view(torch.uint8), kv_cache, kv_cache.view(torch.float32), weights.contiguous(),
         context_lens.contiguous(), block_tables, out,
         block_tables.stride(0), dims.max_blocks * dims.block_size, dims.num_blocks, out.stride(0), max_model_len,
-        splits, run,
+        run,
         NEXT_N=dims.next_n, NEXT_N_PAD=triton.next_power_of_2(dims.next_n), H=dims.heads, D=dims.head_dim,
         BLOCK_SIZE=dims.block_size, SHUFFLED=layout == "shuffle", CTX_2D=dims.ctx_2d, CHUNK=config.chunk,
         DOT=config.dot, CLEAN=clean, num_warps=config.num_warps, num_stages=config.num_stages,
