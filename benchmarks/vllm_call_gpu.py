@@ -54,9 +54,9 @@ def widened(problem, width: int):
     return problem.replace(max_model_len=width, block_tables=tables, sum_ctx=problem.sum_ctx)
 
 
-def check(fn, reference, width: int) -> dict:
-    """The fp8 contract on the logits a row may see (the first ``width`` positions, what a row may not see set to
-    the reference's -inf), and bitwise repeatability."""
+def check(fn, reference, width: int, precision: str = "fp8") -> dict:
+    """The contract of ``precision`` on the logits a row may see (the first ``width`` positions, what a row may not
+    see set to the reference's -inf), and bitwise repeatability."""
     written = lambda: deepgemm.masked_like(fn()[:, :width], reference[0])  # noqa: E731
     try:
         out, repeatable = check_repeatable(written, REPEATS), True
@@ -64,26 +64,39 @@ def check(fn, reference, width: int) -> dict:
         out, repeatable = written(), False
     verdict = compare_logits(out, *reference)
     verdict["bitwise_repeatable"] = repeatable
-    verdict["meets_contract"] = meets_contract(verdict, "fp8") and repeatable
+    verdict["meets_contract"] = meets_contract(verdict, precision) and repeatable
     return verdict
 
 
+# Ours beside ours at vLLM's call, on the same contexts: the exact path, and 16-token pages, natural and
+# preshuffled (who, block size, layout, precision).
+OWN_VARIANTS = (("ours-exact", 64, "normal", "exact"), ("ours-block16", 16, "normal", "fp8"),
+                ("ours-block16-shuffle", 16, "shuffle", "fp8"))
+
+
 def calls(shape: Shape, dg, build, configs) -> tuple:
-    """(tight problem, float64 reference, [(name, width, fn, row fields)]) for one shape: ours through the
-    compatible API and DeepGEMM at both widths, and the extra launches at the tight width."""
+    """(tight problem, [(name, width, fn, row fields, (reference, precision))]) for one shape: ours through the
+    compatible API and DeepGEMM at both widths, ours on the other paths at vLLM's width, and the extra launches at
+    the tight width."""
     problem = benchmark_problem(shape, 64, "normal")
-    reference = problem.call(reference_and_magnitude)
+    reference = (problem.call(reference_and_magnitude), "fp8")
     slots = deepgemm_compat.get_num_sms()
     out = []
     for width in (problem.max_model_len, VLLM_MAX_MODEL_LEN):
         wide = widened(problem, width)
-        out.append(("ours", width, deepgemm.api_call(deepgemm_compat, wide, slots), {}))
+        out.append(("ours", width, deepgemm.api_call(deepgemm_compat, wide, slots), {}, reference))
         if dg is not None:
             direct = deepgemm.refusal(wide, build) is None
             dg_problem = wide if direct else deepgemm.flattened(wide)
             if deepgemm.refusal(dg_problem, build) is None:
                 out.append(("deepgemm" if direct else "deepgemm-flattened", width,
-                            deepgemm.logits_fn(dg, dg_problem, build), {}))
+                            deepgemm.logits_fn(dg, dg_problem, build), {}, reference))
+    for who, block_size, layout, precision in OWN_VARIANTS:
+        own = problem if block_size == 64 else benchmark_problem(shape, block_size, layout)
+        own_reference = reference[0] if own is problem else own.call(reference_and_magnitude)
+        wide = widened(own, VLLM_MAX_MODEL_LEN)
+        out.append((who, VLLM_MAX_MODEL_LEN, deepgemm.api_call(deepgemm_compat, wide, slots, layout=layout,
+                                                                precision=precision), {}, (own_reference, precision)))
     for fields in configs:
         fields = dict(fields)
         pps = fields.pop("pps", None)
@@ -95,17 +108,17 @@ def calls(shape: Shape, dg, build, configs) -> tuple:
         fn = (lambda c: lambda: problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, config=c,
                                              clean_logits=False))(config)
         out.append(("ours-config", problem.max_model_len, fn, {"config": asdict(config), "asked": fields,
-                                                               "pps": pps}))
-    return problem, reference, out
+                                                               "pps": pps}, reference))
+    return problem, out
 
 
 def measure_shape(shape: Shape, dg, build, configs, rounds: int, ceiling: float) -> list[dict]:
-    problem, reference, entries = calls(shape, dg, build, configs)
+    problem, entries = calls(shape, dg, build, configs)
     rows = []
-    for who, width, fn, extra in entries:
-        row = {"shape": asdict(shape), "who": who, "max_model_len": width, **extra}
+    for who, width, fn, extra, (reference, precision) in entries:
+        row = {"shape": asdict(shape), "who": who, "max_model_len": width, "precision": precision, **extra}
         try:
-            row.update(check(fn, reference, problem.max_model_len))
+            row.update(check(fn, reference, problem.max_model_len, precision))
         except Exception:  # noqa: BLE001 (record it and go on)
             row["error"] = traceback.format_exc()
         rows.append((row, fn))
@@ -151,6 +164,13 @@ def table(record: dict) -> str:
             flat = " (flattened)" if dg and dg["who"] == "deepgemm-flattened" else ""
             text = f"{q['median']:.2f}x [{q['low']:.2f}, {q['high']:.2f}]{flat}" if q else "-"
             lines.append(f"{shape.label:28s} {width:7d} {us(ours):>8s} {us(dg):>9s} {text:>30s}")
+        ours = find(rows, shape, "ours", VLLM_MAX_MODEL_LEN)
+        for who, *_ in OWN_VARIANTS:
+            own = find(rows, shape, who, VLLM_MAX_MODEL_LEN)
+            if own is not None:
+                q = ratio(own, ours)
+                text = f"{q['median']:.2f}x [{q['low']:.2f}, {q['high']:.2f}] of ours" if q else "-"
+                lines.append(f"{'  ' + who:54s} {us(own):>8s} {'':9s} {text:>30s}")
         for r in rows:
             if Shape(**r["shape"]) == shape and r["who"] == "ours-config":
                 dg = find(rows, shape, "deepgemm", r["max_model_len"]) or \

@@ -82,6 +82,12 @@ def test_the_script_checks_both_widths_times_them_in_rounds_and_writes_json(load
                 row = rows[(next_n, who, wide)]
                 assert row["meets_contract"] and row["same_inf_pattern"], row
                 assert row["us"] == [1000.0, 2000.0] and row["us_median"] == 1500.0
+    # Ours beside ours at vLLM's width: the exact path and 16-token pages, each checked by its own reference.
+    for who in ("ours-exact", "ours-block16", "ours-block16-shuffle"):
+        for next_n in (1, 3):
+            row = rows[(next_n, who, True)]
+            assert row["meets_contract"] and row["us"] == [1000.0, 2000.0], row
+    assert rows[(1, "ours-exact", True)]["precision"] == "exact"
     # A HopperConfig needs an sm90 GPU: on the CPU its launch is recorded as an error, and never timed.
     assert (1, "ours-config", False) not in rows  # each extra launch for the shapes it names, if any
     config = rows[(3, "ours-config", False)]
@@ -89,4 +95,4 @@ def test_the_script_checks_both_widths_times_them_in_rounds_and_writes_json(load
     assert config["asked"] == {"stages": 6} and config["config"]["stages"] == 6
     table = capsys.readouterr().out
     assert "B=2 next_n=3 ctx=100" in table and "1.00x [1.00, 1.00] (flattened)" in table
-    assert "Width 512 is vLLM's max_context_len" in table
+    assert "Width 512 is vLLM's max_context_len" in table and "ours-block16-shuffle" in table

@@ -140,7 +140,8 @@ def _loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.const
 @gluon.jit
 def _tma_loader(loads, BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr):
     """The loader warp: for each chunk, a free stage, then its copies."""
-    descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, _ = loads
+    descs, buffers, bars, bt_ptr, bt_stride, bt_width, b, max_model_len, kv_len, _ = loads
+    start, n_read = _read_share(kv_len, max_model_len)
     ready, empty = bars
     row, n_entries = _row_ids(bt_ptr, bt_stride, bt_width, b, start, kv_len, BLOCK_SIZE)
     lanes = gl.arange(0, 32, layout=gl.BlockedLayout([1], [32], [1], [0]))
@@ -155,7 +156,8 @@ def _gather_loader(loads, BLOCK_SIZE: gl.constexpr, STAGES: gl.constexpr):
     """The loader warpgroup for pages TMA cannot copy: each thread copies 4 bytes of 16 keys a chunk, and a scale,
     with cp.async; each thread's copies, once complete, arrive on the stage's ready barrier. An id outside the
     table, the context or the cache copies nothing (the math writes NaN there)."""
-    srcs, buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, num_blocks = loads
+    srcs, buffers, bars, bt_ptr, bt_stride, bt_width, b, max_model_len, kv_len, num_blocks = loads
+    start, n_read = _read_share(kv_len, max_model_len)
     kv_ptr, sc_ptr = srcs
     kv_smem, sc_smem = buffers
     ready, empty = bars
@@ -276,7 +278,8 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
     then (``CLEAN``) -inf for its rows' positions past the context."""
     ptrs, buffers, bars, dims = work
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
-    out_stride, num_blocks, bt_stride, bt_width, b, start, end, kv_len, n_read = dims
+    out_stride, num_blocks, bt_stride, bt_width, b, end, kv_len = dims
+    start, n_read = _read_share(kv_len, end)
     kv_smem, sc_smem = buffers
     ready, empty = bars
     GJ: gl.constexpr = 2 if ROWS >= 2 else 1   # query rows per MMA
@@ -403,7 +406,6 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
             kv_len = gl.maximum(kv_len, gl.load(ctx_ptr + b * NEXT_N + j))
     else:
         kv_len = gl.load(ctx_ptr + b)
-    start, n_read = _read_share(kv_len, max_model_len)
 
     # Natural pages land 128-byte swizzled, as WGMMA reads them in place; preshuffled pages are copied raw into
     # the same (1024-byte aligned) ring.
@@ -425,9 +427,9 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     # Runtime values travel to the partitions in tuples; constexprs one by one (a tuple would make them values).
     buffers = (kv_smem, sc_smem)
     bars = (ready, empty)
-    loads = ((kv_src, sc_src), buffers, bars, bt_ptr, bt_stride, bt_width, b, start, kv_len, n_read, num_blocks)
+    loads = ((kv_src, sc_src), buffers, bars, bt_ptr, bt_stride, bt_width, b, max_model_len, kv_len, num_blocks)
     work = ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
-            (out_stride, num_blocks, bt_stride, bt_width, b, start, max_model_len, kv_len, n_read))
+            (out_stride, num_blocks, bt_stride, bt_width, b, max_model_len, kv_len))
     # One math warpgroup for all query rows, or one for each: each waits for the same stages, and a stage is free
     # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:

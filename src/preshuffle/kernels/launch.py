@@ -178,17 +178,40 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = 
     return 8 if batch >= 256 else 4
 
 
+def programs_held(maxnreg: int, math_wgs: int) -> int:
+    """Programs of ``math_wgs`` math warpgroups (and the loader's, a warpgroup) at ``maxnreg`` registers a thread
+    that an SM's registers hold at once."""
+    return REGISTERS_PER_SM // (maxnreg * 32 * 4 * (math_wgs + 1))
+
+
+def one_wave(batch: int, held: int) -> int | None:
+    """Programs per sequence that fill one wave of ``held`` programs an SM, when a wave holds at least two a
+    sequence; None for larger batches. A sequence's programs share its context evenly, so programs differ in length
+    as contexts do: in one wave the longest decides, and more programs a sequence make it shorter."""
+    slots = held * multiprocessor_count()
+    return slots // batch if 2 * batch <= slots else None
+
+
 def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: int = 64,
                   programs_per_sm: int | None = None, stages: int | None = None) -> HopperConfig:
-    """The Hopper kernel's launch for a shape. A 4-stage ring was best or within 3% on every anchor shape; the
+    """The Hopper kernel's launch for a shape. fp8 through TMA: batches that leave room for two programs a sequence
+    in one wave fill that wave (:func:`one_wave`; at vLLM's call on the H200 within 4% of the fastest split of every
+    such shape, results/h200-vllm-call-sweep.json), larger ones take :func:`hopper_programs_per_sm`'s split, as the
+    exact path and the gather do at every batch. A 4-stage ring was best or within 3% on every anchor shape; the
     gather takes 3 (the same at one query row, 49.9 us instead of 59.0 at B=64 next_n=2: its copies pass through
-    L1, which shares the SM's memory with the ring). Three query rows get a math warpgroup each (10-14% faster than
-    one warpgroup for all four padded rows at 64 and 256 sequences); at two rows one warpgroup was 3-5% faster."""
+    L1, which shares the SM's memory with the ring). Three query rows get a math warpgroup each (10-14% faster than one warpgroup for all four padded rows at
+    64 and 256 sequences); at two rows one warpgroup was 3-5% faster. ``programs_per_sm`` asks for
+    :func:`splits_for`'s split instead."""
     gather = gathers(block_size)
-    pps = programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather)
     rows = next_n == 3
-    return HopperConfig(splits_for(batch, pps), stages or (3 if gather else 4),
-                        hopper_maxnreg(next_n, exact, rows), row_warpgroups=rows)
+    maxnreg = hopper_maxnreg(next_n, exact, rows)
+    fp8_tma = not (exact or gather)
+    wave = one_wave(batch, programs_held(maxnreg, next_n if rows else 1)) if fp8_tma else None
+    if programs_per_sm or wave is None:
+        splits = splits_for(batch, programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather))
+    else:
+        splits = wave
+    return HopperConfig(splits, stages or (3 if gather else 4), maxnreg, row_warpgroups=rows)
 
 
 def hopper_maxnreg(next_n: int, exact: bool, row_warpgroups: bool = False) -> int:
