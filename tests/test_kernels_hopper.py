@@ -68,9 +68,10 @@ def test_pages_tma_cannot_copy_are_read_through_pointers(block_size):
     # fp8 where a wave of programs holds two a sequence or more: one full wave (3 programs an SM at one query row,
     # 2 at two or three rows), whatever the programs an SM of the rule for larger batches.
     (64, 1, False, 2, 6, 80, False), (1, 1, False, 2, 396, 80, False), (128, 1, False, 2, 3, 80, False),
-    (64, 2, False, 4, 4, 128, False), (64, 3, False, 2, 4, 64, True), (64, 4, False, 4, 4, 128, False),
-    # Larger batches, and the exact path at every batch: the programs an SM of the rule.
-    (4096, 1, False, 8, 1, 80, False), (256, 1, False, 8, 5, 80, False), (256, 3, False, 8, 5, 64, True),
+    (64, 2, False, 4, 4, 128, False), (64, 4, False, 4, 4, 128, False),
+    # Larger batches, warpgroups a row, and the exact path at every batch: the programs an SM of the rule.
+    (4096, 1, False, 8, 1, 80, False), (256, 1, False, 8, 5, 80, False), (64, 3, False, 4, 9, 64, True),
+    (256, 3, False, 8, 5, 64, True),
     (64, 1, True, 3, 7, 80, False), (128, 1, True, 6, 7, 80, False), (4096, 1, True, 8, 1, 80, False),
     (256, 1, True, 8, 5, 80, False), (128, 2, True, 4, 5, 128, False), (64, 2, True, 2, 5, 128, False),
     (256, 3, True, 4, 3, 128, True)])
@@ -88,25 +89,31 @@ def test_hopper_config_follows_the_measured_rule(monkeypatch, batch, next_n, exa
 
 def test_the_one_wave_split_is_within_4_percent_of_the_committed_sweeps_fastest():
     """results/h200-vllm-call-sweep.json timed the Hopper kernel at vLLM's call over several splits for each shape
-    (the same round-robin rounds as DeepGEMM nv_dev); on every shape where the rule fills one wave, its split is
-    among them and within 4% of the fastest."""
-    record = report.load(report.RESULTS / "h200-vllm-call-sweep.json")
-    sms = record["provenance"]["sms"]
-    swept = {}
-    for r in record["rows"]:
-        if r["who"] == "ours-config" and set(r["asked"]) == {"splits"} and r.get("us_median"):
-            swept.setdefault((r["shape"]["batch"], r["shape"]["next_n"]), {})[r["asked"]["splits"]] = r["us_median"]
+    (in the same rounds as DeepGEMM nv_dev); on every shape where the rule fills one wave (one math warpgroup), its
+    split is among them and within 2% of the fastest; at three query rows of 64 sequences, where it does not, the
+    rule's split is the fastest, there and in h200-vllm-call-nvdev.json."""
+    def swept(name):
+        times = {}
+        for r in report.load(report.RESULTS / name)["rows"]:
+            if r["who"] == "ours-config" and set(r["asked"]) == {"splits"} and r.get("us_median"):
+                times.setdefault((r["shape"]["batch"], r["shape"]["next_n"]), {})[r["asked"]["splits"]] = \
+                    r["us_median"]
+        return times
+
     checked = 0
-    with mock.patch.object(launch, "multiprocessor_count", return_value=sms):
-        for (batch, next_n), times in swept.items():
+    with mock.patch.object(launch, "multiprocessor_count", return_value=132):
+        for (batch, next_n), times in swept("h200-vllm-call-sweep.json").items():
             rule = launch.hopper_config(batch, next_n)
-            held = launch.programs_held(rule.maxnreg, next_n if rule.row_warpgroups else 1)
-            if launch.one_wave(batch, held) is None:
+            if rule.row_warpgroups or launch.one_wave(batch, launch.programs_held(rule.maxnreg, 1)) is None:
                 continue
             assert rule.splits in times, (batch, next_n, rule, times)
-            assert times[rule.splits] <= 1.04 * min(times.values()), (batch, next_n, rule.splits, times)
+            assert times[rule.splits] <= 1.02 * min(times.values()), (batch, next_n, rule.splits, times)
             checked += 1
-    assert checked == 7  # B=64 at next_n 1-4, B=128, B=8 and B=1 at one query row
+        assert checked == 6  # B=64 at next_n 1, 2 and 4, B=128, B=8 and B=1 at one query row
+        rule = launch.hopper_config(64, 3)
+        for name in ("h200-vllm-call-sweep.json", "h200-vllm-call-nvdev.json"):
+            times = swept(name)[(64, 3)]
+            assert min(times, key=times.get) == rule.splits, (name, times)
 
 
 @pytest.mark.parametrize("batch, next_n, pps", [(64, 1, 3), (8, 1, 3), (128, 1, 6), (256, 1, 8), (64, 2, 4)])

@@ -229,6 +229,9 @@ def test_best_splits_keep_the_fastest_timed_split_of_each_configuration():
 
 @pytest.mark.parametrize("batch", [64, 256])
 def test_the_next_n_3_rule_is_the_committed_sweeps_fastest_fp8_launch(monkeypatch, batch):
+    """The warpgroups a row and their registers: the fastest fp8 launch of results/h200-hopper-sweep.json; the split
+    at 256 sequences too. (That sweep cut rows on the host; at 64 sequences the split is set by the sweep at vLLM's
+    call, tests/test_kernels_hopper.py.)"""
     from preshuffle.kernels import launch
 
     monkeypatch.setattr(launch, "multiprocessor_count", lambda: 132)
@@ -237,7 +240,8 @@ def test_the_next_n_3_rule_is_the_committed_sweeps_fastest_fp8_launch(monkeypatc
     fastest = min(fp8, key=lambda c: fp8[c]["us"])
     rule = launch.hopper_config(batch, 3)
     assert json.loads(fastest) == {"row_warpgroups": rule.row_warpgroups, "maxnreg": rule.maxnreg}
-    assert fp8[fastest]["pps"] == launch.hopper_programs_per_sm(batch, 3, exact=False)
+    if batch == 256:
+        assert fp8[fastest]["pps"] == launch.hopper_programs_per_sm(batch, 3, exact=False)
 
 
 def test_gather_costs_compare_each_caches_fastest_fp8_launch():

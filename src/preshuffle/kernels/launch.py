@@ -163,10 +163,11 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = 
     results/h200-hopper-sweep.json and results/h200-gather-sweep.json). One query row, 80 registers (three programs
     an SM): fp8 2 below 256 sequences, 8 from there; the exact path and the gather, whose chunks take longer, 3 below
     128 sequences, 6 below 256. Two rows share an MMA (128 registers, two programs an SM): 4, 8 from 256 sequences;
-    exact 2 below 128 or from 1024, 4 below 256, else 8. Three query rows (a warpgroup each): 2 below 256 sequences,
-    then 8 (fp8) or 4 (exact)."""
+    exact 2 below 128 or from 1024, 4 below 256, else 8. Three query rows (a warpgroup each): fp8 4 below 256
+    sequences (at vLLM's call, B=64: 44.3-44.7 us against 47.8-48.8 at 2 and 46.3 for one full wave,
+    results/h200-vllm-call-sweep.json and h200-vllm-call-nvdev.json), 8 from there; exact 2 below 256, then 4."""
     if next_n == 3:
-        return 2 if batch < 256 else 4 if exact else 8
+        return (2 if batch < 256 else 4) if exact else (4 if batch < 256 else 8)
     if next_n == 1:
         if batch >= 256:
             return 8
@@ -194,10 +195,10 @@ def one_wave(batch: int, held: int) -> int | None:
 
 def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: int = 64,
                   programs_per_sm: int | None = None, stages: int | None = None) -> HopperConfig:
-    """The Hopper kernel's launch for a shape. fp8 through TMA: batches that leave room for two programs a sequence
-    in one wave fill that wave (:func:`one_wave`; at vLLM's call on the H200 within 4% of the fastest split of every
-    such shape, results/h200-vllm-call-sweep.json), larger ones take :func:`hopper_programs_per_sm`'s split, as the
-    exact path and the gather do at every batch. A 4-stage ring was best or within 3% on every anchor shape; the
+    """The Hopper kernel's launch for a shape. fp8 through TMA with one math warpgroup: batches that leave room for
+    two programs a sequence in one wave fill that wave (:func:`one_wave`; at vLLM's call on the H200 the fastest
+    split swept or within 2% of it on every such shape, results/h200-vllm-call-sweep.json), larger ones take
+    :func:`hopper_programs_per_sm`'s split, as warpgroups a row, the exact path and the gather do at every batch. A 4-stage ring was best or within 3% on every anchor shape; the
     gather takes 3 (the same at one query row, 49.9 us instead of 59.0 at B=64 next_n=2: its copies pass through
     L1, which shares the SM's memory with the ring). Three query rows get a math warpgroup each (10-14% faster than one warpgroup for all four padded rows at
     64 and 256 sequences); at two rows one warpgroup was 3-5% faster. ``programs_per_sm`` asks for
@@ -205,8 +206,8 @@ def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: i
     gather = gathers(block_size)
     rows = next_n == 3
     maxnreg = hopper_maxnreg(next_n, exact, rows)
-    fp8_tma = not (exact or gather)
-    wave = one_wave(batch, programs_held(maxnreg, next_n if rows else 1)) if fp8_tma else None
+    # Warpgroups a row wait on one another's stages: their programs took more than one wave (hopper_programs_per_sm).
+    wave = one_wave(batch, programs_held(maxnreg, 1)) if not (exact or gather or rows) else None
     if programs_per_sm or wave is None:
         splits = splits_for(batch, programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather))
     else:
