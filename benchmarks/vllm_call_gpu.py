@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from preshuffle import benchmark, deepgemm, deepgemm_compat
+from preshuffle.vllm_call_report import find, round_ratio
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits
 from preshuffle.kernels.launch import hopper_config
 from preshuffle.reference import reference_and_magnitude
@@ -134,19 +135,6 @@ def measure_shape(shape: Shape, dg, build, configs, rounds: int, ceiling: float)
     return [row for row, _ in rows]
 
 
-def ratio(a: dict, b: dict) -> dict | None:
-    """Per-round ratios a / b (the same round's two times) as median, lowest and highest."""
-    if not (a and b and a.get("us") and b.get("us")):
-        return None
-    each = [x / y for x, y in zip(a["us"], b["us"])]
-    return {"median": statistics.median(each), "low": min(each), "high": max(each), "rounds": len(each)}
-
-
-def find(rows, shape: Shape, who: str, width: int) -> dict | None:
-    return next((r for r in rows if Shape(**r["shape"]) == shape and r["who"] == who and r["max_model_len"] == width),
-                None)
-
-
 def table(record: dict) -> str:
     rows = record["rows"]
     lines = [f"{'shape':28s} {'width':>7s} {'ours':>8s} {'DeepGEMM':>9s} {'ours/DG median [low, high]':>30s}"]
@@ -159,8 +147,8 @@ def table(record: dict) -> str:
         for width in dict.fromkeys(r["max_model_len"] for r in rows if Shape(**r["shape"]) == shape
                                    and r["who"] != "ours-config"):
             ours = find(rows, shape, "ours", width)
-            dg = find(rows, shape, "deepgemm", width) or find(rows, shape, "deepgemm-flattened", width)
-            q = ratio(ours, dg)
+            dg = find(rows, shape, ("deepgemm", "deepgemm-flattened"), width)
+            q = round_ratio(ours, dg)
             flat = " (flattened)" if dg and dg["who"] == "deepgemm-flattened" else ""
             text = f"{q['median']:.2f}x [{q['low']:.2f}, {q['high']:.2f}]{flat}" if q else "-"
             lines.append(f"{shape.label:28s} {width:7d} {us(ours):>8s} {us(dg):>9s} {text:>30s}")
@@ -168,14 +156,13 @@ def table(record: dict) -> str:
         for who, *_ in OWN_VARIANTS:
             own = find(rows, shape, who, VLLM_MAX_MODEL_LEN)
             if own is not None:
-                q = ratio(own, ours)
+                q = round_ratio(own, ours)
                 text = f"{q['median']:.2f}x [{q['low']:.2f}, {q['high']:.2f}] of ours" if q else "-"
                 lines.append(f"{'  ' + who:54s} {us(own):>8s} {'':9s} {text:>30s}")
         for r in rows:
             if Shape(**r["shape"]) == shape and r["who"] == "ours-config":
-                dg = find(rows, shape, "deepgemm", r["max_model_len"]) or \
-                    find(rows, shape, "deepgemm-flattened", r["max_model_len"])
-                q = ratio(r, dg)
+                dg = find(rows, shape, ("deepgemm", "deepgemm-flattened"), r["max_model_len"])
+                q = round_ratio(r, dg)
                 text = f"{q['median']:.2f}x [{q['low']:.2f}, {q['high']:.2f}]" if q else "-"
                 if "error" in r:
                     text = "error: " + r["error"].strip().splitlines()[-1][:60]

@@ -6,7 +6,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from preshuffle import report
+from preshuffle import report, vllm_call_report
 from preshuffle.__main__ import committed_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_readme_table_is_the_generated_one():
     readme = (ROOT / "README.md").read_text()
     table = re.search(r"<!-- results table: generated -->\n(.*)\n<!-- end of results table -->", readme, re.S)
     assert table, "README.md has no generated results table"
-    assert table.group(1) == report.results_table(*committed_results()), \
+    assert table.group(1) == vllm_call_report.results_table(*committed_results()), \
         "README.md's table is stale: paste the output of `python -m preshuffle results`"
 
 

@@ -11,13 +11,6 @@ from preshuffle.shapes import Shape
 from preshuffle.testing import inputs, timing
 
 
-def test_ratio_takes_each_round_against_its_own_round(load_benchmark):
-    script = load_benchmark("vllm_call_gpu")
-    q = script.ratio({"us": [10.0, 30.0, 20.0]}, {"us": [10.0, 10.0, 40.0]})
-    assert q == {"median": 1.0, "low": 0.5, "high": 3.0, "rounds": 3}
-    assert script.ratio({"us": [1.0]}, None) is None and script.ratio({}, {"us": [1.0]}) is None
-
-
 @pytest.mark.skipif(not device.INTERPRETED, reason="builds its problems on the interpreter's device")
 def test_widened_keeps_the_rows_and_pads_the_tables_with_unread_entries(load_benchmark):
     script = load_benchmark("vllm_call_gpu")

@@ -1,5 +1,5 @@
 """Command line: ``python -m preshuffle negotiate ...``, ``python -m preshuffle bench ...``,
-``python -m preshuffle results`` (the README's table) and
+``python -m preshuffle results`` (the README's table: the runs at vLLM's call) and
 ``python -m preshuffle --version`` (versions, device, and the kernel paths it runs)."""
 
 from __future__ import annotations
@@ -70,16 +70,20 @@ def _results(args) -> int:
     elif args.file:
         print(report.results_table(report.load(args.file[0])))
     else:
-        print(report.results_table(*committed_results()))
+        from . import vllm_call_report
+
+        print(vllm_call_report.results_table(*committed_results()))
     return 0
 
 
 def committed_results() -> tuple:
-    """The README's table's inputs: the committed run, nv_dev's run and the top-k run (``results/``)."""
-    from . import report, topk_report
+    """The README's table's inputs: the runs at vLLM's call beside DeepGEMM nv_dev and main, and the top-k run
+    (``results/``)."""
+    from . import topk_report, vllm_call_report
 
     topk = {r["shape"]: (r["ours_us"], r["vllm_best_us"]) for r in topk_report.summary(topk_report.load())}
-    return report.load(), report.load(report.RESULTS / "h200-nvdev.json"), topk
+    return (vllm_call_report.load(vllm_call_report.RUNS["nv_dev"]), vllm_call_report.load(vllm_call_report.RUNS["main"]),
+            topk)
 
 
 class _VersionAction(argparse.Action):
@@ -130,10 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--out", help="write the results (with provenance) to this JSON file as they come")
     ben.set_defaults(run=_bench)
 
-    res = commands.add_parser("results", help="the committed H200 run as the README's Markdown table")
+    res = commands.add_parser("results", help="the committed H200 runs at vLLM's call as the README's Markdown table")
     res.add_argument("--file", nargs="+",
-                     help="a results file of `bench` (default: results/h200.json); several (one a DeepGEMM build, "
-                          "each timed in its own process): ours beside each build, each ratio from its own run")
+                     help="instead, a results file of `bench`; several (one a DeepGEMM build, each timed in its own "
+                          "process): ours beside each build, each ratio from its own run")
     res.set_defaults(run=_results)
     return parser
 
