@@ -57,6 +57,15 @@ def test_the_headline_spans_native_rows_only_and_the_table_says_which_way_ratios
         vcr.headline(record() | {"rows": [r for r in record()["rows"] if r["who"] == "ours"]})
 
 
+def test_splits_reads_the_launches_that_changed_only_the_split():
+    rows = record()["rows"] + [
+        {**row(ONE, "ours-config", 100, [5.0, 6.0, 7.0]), "asked": {"splits": 4}},
+        {**row(ONE, "ours-config", 100, [9.0, 9.0, 9.0]), "asked": {"splits": 4, "stages": 6}},
+        {**row(FOUR, "ours-config", 100, [1.0, 1.0, 1.0]), "asked": {"splits": 8}}]
+    assert vcr.splits(record() | {"rows": rows}, ONE) == {4: 6.0}
+    assert vcr.splits(record(), ONE) == {}
+
+
 def test_load_refuses_a_file_that_is_no_such_run(tmp_path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps({"rows": []}))

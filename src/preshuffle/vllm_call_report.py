@@ -64,6 +64,14 @@ def summary(record: dict) -> list[dict]:
     return out
 
 
+def splits(record: dict, shape: Shape) -> dict[int, float]:
+    """Programs a sequence -> our time (median over rounds) of the launches of ``shape`` that changed only the
+    split (``--configs '{"splits": N}'``)."""
+    return {r["asked"]["splits"]: r["us_median"] for r in record["rows"]
+            if r["who"] == "ours-config" and set(r["asked"]) == {"splits"} and r.get("us_median")
+            and Shape(**r["shape"]) == shape}
+
+
 def _x(ratio: dict | None, spread: bool = True) -> str:
     if ratio is None:
         return "-"

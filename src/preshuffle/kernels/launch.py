@@ -84,12 +84,13 @@ def whole_row(max_model_len: int, chunk: int = CHUNK) -> int:
     return triton.cdiv(max_model_len, chunk) * chunk
 
 
-def splits_for(batch: int, programs_per_sm: int) -> int:
-    """Programs per sequence so that ``batch * splits`` is about ``programs_per_sm`` programs per SM, at least one:
-    small batches with long contexts get each row split along its context."""
+def splits_for(batch: int, programs_per_sm: int, sms: int | None = None) -> int:
+    """Programs per sequence so that ``batch * splits`` is about ``programs_per_sm`` programs per SM (of ``sms``, by
+    default the current GPU's), at least one: small batches with long contexts get each row split along its
+    context."""
     positive_int(batch, "batch")
     positive_int(programs_per_sm, "programs_per_sm")
-    return max(1, triton.cdiv(programs_per_sm * multiprocessor_count(), batch))
+    return max(1, triton.cdiv(programs_per_sm * (sms or multiprocessor_count()), batch))
 
 
 def fixed_run(max_model_len: int, splits: int, chunk: int = CHUNK) -> int:
@@ -123,11 +124,10 @@ def default_config(batch: int) -> LaunchConfig:
 @dataclass(frozen=True)
 class HopperConfig:
     """How one call of the Hopper kernel is cut: ``splits`` programs per sequence (each an even share of its row's
-    context, cut on the device), a ring of ``stages`` shared-memory stages, and the register budget per thread (``maxnreg``: it sets how many
-    programs share an SM, and ptxas must fit the math warpgroups in it; the loader gets ``loader_regs``, by
-    default :func:`hopper_loader_regs`'s).
-    ``row_warpgroups``: with next_n >= 2, a math warpgroup for each query row, all reading the same stages, instead
-    of one warpgroup for every row."""
+    context, cut on the device), a ring of ``stages`` shared-memory stages, and the register budget per thread
+    (``maxnreg``: it sets how many programs share an SM, and ptxas must fit the math warpgroups in it; the loader
+    gets ``loader_regs``, by default :func:`hopper_loader_regs`'s). ``row_warpgroups``: with next_n >= 2, a math
+    warpgroup for each query row, all reading the same stages, instead of one warpgroup for every row."""
 
     splits: int
     stages: int = 4
@@ -185,31 +185,33 @@ def programs_held(maxnreg: int, math_wgs: int) -> int:
     return REGISTERS_PER_SM // (maxnreg * 32 * 4 * (math_wgs + 1))
 
 
-def one_wave(batch: int, held: int) -> int | None:
+def one_wave(batch: int, held: int, sms: int | None = None) -> int | None:
     """Programs per sequence that fill one wave of ``held`` programs an SM, when a wave holds at least two a
     sequence; None for larger batches. A sequence's programs share its context evenly, so programs differ in length
     as contexts do: in one wave the longest decides, and more programs a sequence make it shorter."""
-    slots = held * multiprocessor_count()
+    slots = held * (sms or multiprocessor_count())
     return slots // batch if 2 * batch <= slots else None
 
 
 def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: int = 64,
-                  programs_per_sm: int | None = None, stages: int | None = None) -> HopperConfig:
-    """The Hopper kernel's launch for a shape. fp8 through TMA with one math warpgroup: batches that leave room for
-    two programs a sequence in one wave fill that wave (:func:`one_wave`; at vLLM's call on the H200 the fastest
-    split swept or within 2% of it on every such shape, results/h200-vllm-call-sweep.json), larger ones take
-    :func:`hopper_programs_per_sm`'s split, as warpgroups a row, the exact path and the gather do at every batch. A 4-stage ring was best or within 3% on every anchor shape; the
-    gather takes 3 (the same at one query row, 49.9 us instead of 59.0 at B=64 next_n=2: its copies pass through
-    L1, which shares the SM's memory with the ring). Three query rows get a math warpgroup each (10-14% faster than one warpgroup for all four padded rows at
-    64 and 256 sequences); at two rows one warpgroup was 3-5% faster. ``programs_per_sm`` asks for
-    :func:`splits_for`'s split instead."""
+                  programs_per_sm: int | None = None, stages: int | None = None,
+                  sms: int | None = None) -> HopperConfig:
+    """The Hopper kernel's launch for a shape. fp8 through TMA with one math warpgroup: batches that leave room for two
+    programs a sequence in one wave fill that wave (:func:`one_wave`; at vLLM's call on the H200 the fastest split
+    swept or within 2% of it on every such shape, results/h200-vllm-call-sweep.json), larger ones take
+    :func:`hopper_programs_per_sm`'s split, as warpgroups a row, the exact path and the gather do at every batch. A
+    4-stage ring was best or within 3% on every anchor shape; the gather takes 3 (the same at one query row, 49.9 us
+    instead of 59.0 at B=64 next_n=2: its copies pass through L1, which shares the SM's memory with the ring). Three
+    query rows get a math warpgroup each (10-14% faster than one warpgroup for all four padded rows at 64 and 256
+    sequences); at two rows one warpgroup was 3-5% faster. ``programs_per_sm`` asks for :func:`splits_for`'s split
+    instead; ``sms``: the rule for a GPU of that many SMs (default: the current one's)."""
     gather = gathers(block_size)
     rows = next_n == 3
     maxnreg = hopper_maxnreg(next_n, exact, rows)
     # Warpgroups a row wait on one another's stages: their programs took more than one wave (hopper_programs_per_sm).
-    wave = one_wave(batch, programs_held(maxnreg, 1)) if not (exact or gather or rows) else None
+    wave = one_wave(batch, programs_held(maxnreg, 1), sms) if not (exact or gather or rows) else None
     if programs_per_sm or wave is None:
-        splits = splits_for(batch, programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather))
+        splits = splits_for(batch, programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather), sms)
     else:
         splits = wave
     return HopperConfig(splits, stages or (3 if gather else 4), maxnreg, row_warpgroups=rows)
