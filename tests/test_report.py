@@ -553,3 +553,29 @@ def test_results_table_says_which_way_every_ratio_goes(record):
     rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == len(report.shapes(record))
     assert lines[-1].endswith("Flattened: run as next_n = 1 rows.")
+
+
+@pytest.mark.parametrize("name", ["h200.json", "h200-portable-703f0c9.json"])
+def test_shuffle_costs_divide_the_launch_rules_times_on_pages_of_one_size(name):
+    record = report.load(report.RESULTS / name)
+    costs = report.shuffle_costs(record)
+    assert costs and {c["block_size"] for c in costs} == {16, 64}
+    for c in costs:
+        times = {}
+        for r in record["rows"]:
+            ours = r.get("kind") == "kernel" if "kind" in r else (r["kernel"] == c["kernel"] and r["precision"] == "fp8"
+                                                                   and r.get("timing") == "graph")
+            if ours and r.get("rule") and Shape(**r["shape"]) == c["shape"] and "us" in r:
+                times.setdefault(r["variant"], []).append(r["us"])
+        shuffled, natural = (times[f"block{c['block_size']}-{layout}"] for layout in ("shuffle", "normal"))
+        assert len(shuffled) == len(natural) == 1 and c["ratio"] == shuffled[0] / natural[0]
+
+
+def test_format_shuffle_costs_gives_a_span_per_page_size_and_next_n():
+    costs = [{"shape": Shape(64, 1, 8192), "block_size": 16, "ratio": 0.999},
+             {"shape": Shape(256, 1, 8192), "block_size": 16, "ratio": 1.054},
+             {"shape": Shape(64, 3, 8192), "block_size": 16, "ratio": 1.39}]
+    assert report.format_shuffle_costs(costs).splitlines() == ["16-token pages, next_n = 1: -0.1% to +5.4% (2 shapes)",
+                                                              "16-token pages, next_n = 3: +39.0% (1 shape)"]
+    with pytest.raises(ValueError, match="costs holds no shape timed on both"):
+        report.format_shuffle_costs([])

@@ -176,6 +176,48 @@ def format_step(ladders: dict[Shape, list[dict]], step: str) -> str:
     return "\n".join(lines)
 
 
+def _rule_row(record: dict, shape: Shape, variant: str) -> dict | None:
+    """Our kernel's row of ``shape`` and cache under the launch rule: the fp8 path in a benchmark run, the one path a
+    launch sweep of the portable kernel timed (its rows carry ``kind``)."""
+    if not any("kind" in r for r in record["rows"]):
+        return _ours(record, shape, "fp8", variant)
+    return next((r for r in record["rows"] if r.get("kind") == "kernel" and r.get("rule") and "us" in r
+                 and r["variant"] == variant and Shape(**r["shape"]) == shape), None)
+
+
+@_reader
+def shuffle_costs(record: dict) -> list[dict]:
+    """What preshuffled pages cost our kernel: per shape and page size the run timed both ways, the time on
+    preshuffled pages over natural pages of the same size, under the launch rule (``{"shape", "block_size",
+    "kernel", "ratio"}``; ``kernel`` None in a launch sweep, which runs the portable kernel only)."""
+    costs = []
+    for shape in shapes(record):
+        for block_size in (16, 64):
+            shuffled, natural = (_rule_row(record, shape, f"block{block_size}-{layout}")
+                                 for layout in ("shuffle", "normal"))
+            if shuffled and natural:
+                costs.append({"shape": shape, "block_size": block_size, "kernel": shuffled.get("kernel"),
+                              "ratio": shuffled["us"] / natural["us"]})
+    return costs
+
+
+def format_shuffle_costs(costs: list[dict]) -> str:
+    """One line per page size and next_n: the span of :func:`shuffle_costs`'s ratios as a percentage over natural
+    pages, and over how many shapes."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    for c in costs:
+        groups.setdefault((c["block_size"], c["shape"].next_n), []).append(c["ratio"])
+    if not groups:
+        raise ValueError("costs holds no shape timed on both preshuffled and natural pages")
+    lines = []
+    for (block_size, next_n), ratios in sorted(groups.items()):
+        low, high = (100 * (f(ratios) - 1) for f in (min, max))
+        span = f"{low:+.1f}%" if f"{low:.1f}" == f"{high:.1f}" else f"{low:+.1f}% to {high:+.1f}%"
+        lines.append(f"{block_size}-token pages, next_n = {next_n}: {span} "
+                     f"({len(ratios)} shape{'s' * (len(ratios) > 1)})")
+    return "\n".join(lines)
+
+
 @_reader
 def splits(record: dict, shape: Shape) -> dict[int, float]:
     """Programs per SM -> time of the Hopper kernel's fp8 path on DeepGEMM's cache (the launch rule's sweep)."""
