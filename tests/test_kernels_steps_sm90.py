@@ -49,3 +49,12 @@ def test_compile_rung_refuses_a_switch_that_is_no_bool_and_an_interpreting_proce
     if device.INTERPRETED:
         with pytest.raises(RuntimeError, match="compile_rung needs TRITON_INTERPRET=0"):
             steps_sm90.compile_rung()
+
+
+def test_format_evidence_prints_every_answer(found):
+    text = steps_sm90.format_evidence(found["scales a chunk ahead"])
+    lines = text.splitlines()
+    assert len(lines) == 5 and lines[0].startswith("key tile: 2 shared-memory buffers")
+    assert "handed to the next chunk: s_next" in lines[1] and lines[2].endswith(": none")
+    assert lines[3] == "MMA operands: A from registers, B from shared memory"
+    assert f"{found['scales a chunk ahead']['ops']['FMUL']} FMUL" in lines[4]

@@ -116,6 +116,23 @@ def evidence(ttgir: str, sass_counts: dict | None = None, resources: dict | None
     return out
 
 
+def format_evidence(found: dict) -> str:
+    """One rung's :func:`evidence` as the chapter prints it, a line per question."""
+    def names(values):
+        return ", ".join(values) if values else "none"
+
+    ops = ", ".join(f"{n} {op}" for op, n in found["ops"].items())
+    return "\n".join([
+        f"key tile: {found['key_buffers']} shared-memory buffers, filled by asynchronous copies of: "
+        f"{names(found['pipelined'])}",
+        f"plain loads each chunk waits for: {names(found['plain_loads'])}; handed to the next chunk: "
+        f"{names(found['carried'])}",
+        f"written from registers to shared memory each chunk: {names(found['stored_to_shared'])}",
+        f"MMA operands: A from {found['dot_a']}, B from {found['dot_b']}",
+        f"SASS: {ops}; {found['registers']} registers a thread, {found['spills']} bytes spilled, "
+        f"{found['shared']} bytes of shared memory a program"])
+
+
 def _evidence_here() -> dict[str, dict]:
     from . import sass, steps
 
