@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 import torch
 
@@ -20,18 +22,18 @@ def problem():
 def test_per_block_grid_logits_matches_the_reference(problem):
     verdict = check_logits(problem.call(per_block_grid_logits), problem)
     assert verdict["same_inf_pattern"] and verdict["max_rel_error"] < 1e-5
-    with pytest.raises(ValueError, match="step 2 handles next_n = 1"):
+    with pytest.raises(ValueError, match="step 3's grid handles next_n = 1"):
         random_problem([5], next_n=2, block_size=16, device=DEV).call(per_block_grid_logits)
     with pytest.raises(ValueError, match="the normal layout only, got .* layout 'shuffle'"):
         random_problem([5], block_size=16, layout="shuffle", device=DEV).call(per_block_grid_logits)
 
 
 def test_per_block_grid_logits_rejects_what_it_cannot_run(problem):
-    with pytest.raises(TypeError, match="q must be torch.float8_e4m3fn for step 2's kernel, got torch.float8_e4m3fnuz"):
+    with pytest.raises(TypeError, match="q must be torch.float8_e4m3fn for step 3's grid, got torch.float8_e4m3fnuz"):
         problem.replace(q=problem.q.to(torch.float8_e4m3fnuz)).call(per_block_grid_logits)  # e4m3fnuz bytes misread
     with pytest.raises(ValueError, match="power-of-two block sizes >= 16 .* got .* block size 48"):
         random_problem([5], block_size=48, device=DEV).call(per_block_grid_logits)
-    with pytest.raises(ValueError, match="step 2's kernel needs a power-of-two number of heads >= 16 .* got 24 heads"):
+    with pytest.raises(ValueError, match="step 3's grid needs a power-of-two number of heads >= 16 .* got 24 heads"):
         random_problem([5], heads=24, device=DEV).call(per_block_grid_logits)
 
 
@@ -40,9 +42,9 @@ def test_one_block_logits_matches_the_reference(problem):
     block = one_block_logits(q[0, 0], kv[bt[0, 0]], w[0])
     ref, magnitude = problem.call(fp8_paged_mqa_logits_ref), problem.call(logits_magnitude)
     assert compare_logits(block, ref[0, :16], magnitude[0, :16])["max_rel_error"] < 1e-5
-    with pytest.raises(TypeError, match="q_row must be torch.float8_e4m3fn for step 1's kernel, got torch.float32"):
+    with pytest.raises(TypeError, match="q_row must be torch.float8_e4m3fn for step 3's one-block kernel, got torch.float32"):
         one_block_logits(q[0, 0].float(), kv[0], w[0])
-    with pytest.raises(TypeError, match="q_row must be torch.float8_e4m3fn for step 1's kernel, got .*e4m3fnuz"):
+    with pytest.raises(TypeError, match="q_row must be torch.float8_e4m3fn for step 3's one-block kernel, got .*e4m3fnuz"):
         one_block_logits(q[0, 0].to(torch.float8_e4m3fnuz), kv[0], w[0])
     with pytest.raises(TypeError, match="weights_row must be a tensor, got NoneType"):
         one_block_logits(q[0, 0], kv[0], None)
@@ -60,12 +62,7 @@ def test_one_block_logits_matches_the_reference(problem):
         one_block_logits(q[0, 0], kv[0], w[0].double())
 
 
-RUNGS = {  # chapter 3's steps 3-7: each switch of chunked_logits turned on in the ladder's order
-    "version 1": {},
-    "keys as A": {"keys_as_a": True},
-    "scale after the sum": {"keys_as_a": True, "scale_after_sum": True},
-    "version 2": {"keys_as_a": True, "scale_after_sum": True, "scales_ahead": True},
-}
+RUNGS = steps.RUNGS
 
 
 @pytest.mark.parametrize("switches", RUNGS.values(), ids=RUNGS.keys())
@@ -123,7 +120,7 @@ def test_portable_logits_checks_the_values_once(problem, monkeypatch):
 
 
 def test_one_block_logits_gives_nan_for_a_token_whose_scale_is_bad(problem):
-    # Step 1 reads every token of its block: a bad scale, or a token never written (scale 0), gave a finite logit.
+    # The one-block kernel reads every token of its block: a bad scale, or a token never written (scale 0), gave a finite logit.
     bad = with_scale(problem, 0, 35, -1.0)
     q, kv, w, _, bt, _ = bad.args
     block = one_block_logits(q[0, 0], kv[bt[0, 2]], w[0])
@@ -178,3 +175,47 @@ def test_checked_launch_refuses_another_function_and_bad_values_at_the_check():
     bad[0, 0] = problem.num_blocks  # outside the cache
     with pytest.raises(ValueError, match="block"):
         steps.checked_launch(steps.chunked_logits, *problem.replace(block_tables=bad).args)
+
+
+def test_the_rungs_turn_on_one_switch_at_a_time():
+    switches = list(RUNGS.values())
+    assert switches[0] == {}
+    for before, after in zip(switches, switches[1:]):
+        assert set(after) - set(before) == {next(iter(set(after) - set(before)))} and before.items() <= after.items()
+    assert set(switches[-1]) == set(steps._SWITCHES)
+
+
+class _Specialized:
+    """A kernel printed by chunked_source, launched where _chunked_launch launches the switched kernel."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, KEYS_AS_A, SCALE_AFTER_SUM, SCALES_AHEAD, **constexprs):
+            return self.kernel[grid](*args, **constexprs)
+        return launch
+
+
+@pytest.mark.parametrize("switches", RUNGS.values(), ids=RUNGS.keys())
+def test_chunked_source_is_the_kernel_the_switches_run(switches, tmp_path, monkeypatch):
+    """The text a chapter prints for a rung, compiled on its own, gives the switched kernel's logits bit for bit."""
+    text = steps.chunked_source(**switches)
+    assert "KEYS_AS_A" not in text and "SCALES_AHEAD" not in text
+    module = tmp_path / "printed_rung.py"
+    module.write_text("import triton\nimport triton.language as tl\n"
+                      "from preshuffle.kernels.steps import _KEEP_NAN, _chunk_scales\n\n\n" + text + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+    printed = importlib.import_module("printed_rung")
+    problem = random_problem([150, 0, 77], next_n=2, heads=16, block_size=16, layout="shuffle", ctx_2d=True, seed=21,
+                             device=DEV)
+    switched = problem.call(chunked_logits, **switches)
+    monkeypatch.setattr(steps, "_chunked_kernel", _Specialized(printed._chunked_kernel))
+    assert_bitwise_equal(problem.call(chunked_logits, **switches), switched)
+    del sys.modules["printed_rung"]
+
+
+def test_chunked_source_refuses_a_switch_that_is_no_bool():
+    with pytest.raises(TypeError, match="^KEYS_AS_A must be a bool, got str 'yes'$"):
+        steps.chunked_source(keys_as_a="yes")

@@ -226,8 +226,12 @@ def test_explorer_plots_are_not_held_by_pyplot(record):
 def test_ladder_plot_of_chapter_3_draws_the_committed_steps(record):
     ladders = {s.label: report.ladder(record, s, chapter=3) for s in (Shape(64, 1, 8192), Shape(4096, 1, 8192))}
     fig = plots.ladder_plot(ladders, "chapter 3")
-    for ax, steps in zip(fig.axes, ladders.values()):
-        assert sorted(p.get_width() for p in ax.patches) == sorted(s["ns_per_logit"] for s in steps)
+    every, triton = fig.axes
+    small = ladders["B=64 next_n=1 ctx=8192"]
+    assert [p.get_width() for p in every.patches] == [s["ns_per_logit"] for s in small]
+    rungs = [s["pct_copy"] for steps in ladders.values() for s in steps if s["kernel"] not in plots.PYTHON_KERNELS]
+    assert sorted(p.get_width() for p in triton.patches) == sorted(rungs)
+    plt.close(fig)
 
 
 def test_hopper_kernel_diagram_draws_the_pieces_of_the_kernel():
@@ -259,14 +263,22 @@ def test_topk_plots_draw_the_runs_numbers(topk_record):
     assert list(fig.axes[0].lines[0].get_ydata()) == [s["count"] for s in trace]
 
 
-def test_ladder_plot_draws_a_bar_per_step_on_a_log_axis():
-    steps = [{"step": "loops", "ns_per_logit": 2e6}, {"step": "kernel", "ns_per_logit": 0.05}]
-    fig = plots.ladder_plot({"B=64": steps, "B=4096": steps[1:]}, "a ladder")
-    left, right = fig.axes
-    labels = {t.get_text(): t.get_position()[1] for t in left.get_yticklabels()}
-    assert left.get_xscale() == "log" and labels["loops"] > labels["kernel"]  # the first step on top
-    assert len(left.patches) == 2 and len(right.patches) == 1
-    assert [p.get_width() for p in left.patches] == [2e6, 0.05]
+def test_ladder_plot_draws_every_step_on_a_log_axis_and_the_triton_steps_on_a_linear_one():
+    steps = [{"step": "loops", "kernel": "loops", "ns_per_logit": 2e6, "pct_copy": 1e-5, "us": 9e4},
+             {"step": "grid", "kernel": "steps", "ns_per_logit": 0.06, "pct_copy": 30.0, "us": 50.0},
+             {"step": "kernel", "kernel": "portable", "ns_per_logit": 0.05, "pct_copy": 32.0, "us": 47.0}]
+    fig = plots.ladder_plot({"B=64": steps, "B=4096": steps[2:]}, "a ladder")
+    every, triton = fig.axes
+    labels = {t.get_text(): t.get_position()[1] for t in every.get_yticklabels()}
+    assert every.get_xscale() == "log" and labels["loops"] > labels["kernel"]  # the first step on top
+    assert [p.get_width() for p in every.patches] == [2e6, 0.06, 0.05]
+    assert triton.get_xscale() == "linear" and triton.get_xlim() == (0, 100)
+    assert [t.get_text() for t in triton.get_yticklabels()] == ["grid", "kernel"]  # no Python step
+    assert sorted(p.get_width() for p in triton.patches) == [30.0, 32.0, 32.0]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["B=64", "B=4096"]
+    with pytest.raises(ValueError, match="ladders must map at least one shape"):
+        plots.ladder_plot({"B=64": []}, "empty")
+    plt.close(fig)
 
 
 def test_topk_changes_plot_says_so_where_a_precision_changes_nothing():

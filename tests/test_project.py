@@ -145,3 +145,28 @@ def test_chapter_5_is_a_tutorial_each_step_showing_the_kernels_own_code():
             steps[current] = True
     assert len(steps) >= 6 and all(steps.values()), steps
     assert any("hopper_kernel_diagram" in "".join(c["source"]) for c in cells)
+
+
+def test_chapter_3_gives_each_step_its_code_and_its_measured_figure():
+    """Every '## Step' section prints code from the package (source, changes or a rung's kernel) and reads its figure
+    from the committed run (report.format_step); at least four cells print kernel code."""
+    cells = notebook_cells("03_paged_mqa_kernel.ipynb")
+    printing = ("source(", "changes(", "print(kernels[")
+    steps, current = {}, None
+    for cell in cells:
+        text = "".join(cell["source"])
+        heading = re.match(r"## (Step \d+)", text) if cell["cell_type"] == "markdown" else None
+        if heading:
+            current = heading.group(1)
+            steps[current] = {"code": False, "figure": False}
+        elif cell["cell_type"] == "markdown" and text.startswith("## "):
+            current = None
+        elif current and cell["cell_type"] == "code":
+            steps[current]["code"] |= any(p in text for p in printing)
+            steps[current]["figure"] |= "report.format_step(" in text
+    assert len(steps) == 8 and all(s["code"] and s["figure"] for s in steps.values()), steps
+    kernel_cells = [c for c in cells if c["cell_type"] == "code" and any(p in "".join(c["source"]) for p in printing)
+                    and any("@triton.jit" in "".join(o.get("text", "")) or "tl." in "".join(o.get("text", ""))
+                            for o in c.get("outputs", []))]
+    assert len(kernel_cells) >= 4
+    assert "exercises.CHECKERS" in "".join("".join(c["source"]) for c in cells)

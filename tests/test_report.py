@@ -522,3 +522,64 @@ def test_the_committed_run_measures_chapter_3s_ladder_and_chapter_5_starts_from_
     assert len(kernel_rows) == 2 and {Shape(**r["shape"]) for r in kernel_rows} == {small, large}
     times = {s["step"]: s["us"] for s in report.ladder(record, small, chapter=3)}
     assert len(set(times.values())) == len(times)  # every step its own figure
+
+
+def test_headline_gives_each_next_n_its_span_against_the_stronger_build(record):
+    nv_dev = report.load(report.RESULTS / "h200-nvdev.json")
+    ours, theirs = ({r["shape"]: r for r in report.summary(run)} for run in (record, nv_dev))
+    text = report.headline(record, nv_dev)
+    assert text.startswith("On an NVIDIA H200 our fp8 kernel takes ") and "the stronger DeepGEMM build's time" in text
+    for n in sorted({s.next_n for s in ours}):
+        stronger = [max(ours[s]["fp8_over_deepgemm"], theirs[s]["fp8_over_deepgemm"]) for s in ours if s.next_n == n]
+        assert f"{min(stronger):.2f}-{max(stronger):.2f}x" in text, (n, text)
+    alone = report.headline(record)  # one build: DeepGEMM main, flattened where it does not take next_n
+    main_4 = [ours[s]["fp8_over_deepgemm"] for s in ours if s.next_n == 4]
+    assert "DeepGEMM's time" in alone and f"{min(main_4):.2f}-{max(main_4):.2f}x at 4" in alone
+    topk = {Shape(64, 1, 8192): (30.0, 10.0), Shape(1, 1, 131072): (5.0, 10.0)}
+    assert report.headline(record, nv_dev, topk).endswith("; our top-k 0.50-3.00x vLLM's fastest.")
+    assert "top-k" not in text
+
+
+def test_headline_of_a_run_without_deepgemm_says_so(record):
+    run = {**record, "rows": [r for r in record["rows"] if not r["kernel"].startswith("deepgemm")]}
+    with pytest.raises(ValueError, match="no shape with both our fp8 path and DeepGEMM timed"):
+        report.headline(run)
+
+
+def test_results_table_says_which_way_every_ratio_goes(record):
+    nv_dev = report.load(report.RESULTS / "h200-nvdev.json")
+    lines = report.results_table(record, nv_dev).splitlines()
+    assert lines[0] == report.headline(record, nv_dev)
+    assert "time over time within a run, under 1.00x the first faster" in lines[2]
+    header = lines[4].split(" | ")
+    assert [h for h in header if "/" in h] == ["ours/main", "ours/nv_dev", "block16-shuffle/block64", "exact/main",
+                                               "top-k ours/vLLM's fastest |"]
+    rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == len(report.shapes(record))
+    assert lines[-1].endswith("Flattened: run as next_n = 1 rows.")
+
+
+@pytest.mark.parametrize("name", ["h200.json", "h200-portable-703f0c9.json"])
+def test_shuffle_costs_divide_the_launch_rules_times_on_pages_of_one_size(name):
+    record = report.load(report.RESULTS / name)
+    costs = report.shuffle_costs(record)
+    assert costs and {c["block_size"] for c in costs} == {16, 64}
+    for c in costs:
+        times = {}
+        for r in record["rows"]:
+            ours = r.get("kind") == "kernel" if "kind" in r else (r["kernel"] == c["kernel"] and r["precision"] == "fp8"
+                                                                   and r.get("timing") == "graph")
+            if ours and r.get("rule") and Shape(**r["shape"]) == c["shape"] and "us" in r:
+                times.setdefault(r["variant"], []).append(r["us"])
+        shuffled, natural = (times[f"block{c['block_size']}-{layout}"] for layout in ("shuffle", "normal"))
+        assert len(shuffled) == len(natural) == 1 and c["ratio"] == shuffled[0] / natural[0]
+
+
+def test_format_shuffle_costs_gives_a_span_per_page_size_and_next_n():
+    costs = [{"shape": Shape(64, 1, 8192), "block_size": 16, "ratio": 0.999},
+             {"shape": Shape(256, 1, 8192), "block_size": 16, "ratio": 1.054},
+             {"shape": Shape(64, 3, 8192), "block_size": 16, "ratio": 1.39}]
+    assert report.format_shuffle_costs(costs).splitlines() == ["16-token pages, next_n = 1: -0.1% to +5.4% (2 shapes)",
+                                                              "16-token pages, next_n = 3: +39.0% (1 shape)"]
+    with pytest.raises(ValueError, match="costs holds no shape timed on both"):
+        report.format_shuffle_costs([])

@@ -24,7 +24,7 @@ import torch
 from . import deepgemm
 from .kernels import HopperConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, fixed_run, hopper_config
-from .kernels.steps import checked_launch, chunked_logits, per_block_grid_logits
+from .kernels.steps import RUNGS, checked_launch, chunked_logits, per_block_grid_logits
 from .kernels.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
 from .problem import PagedMQAProblem
@@ -136,14 +136,9 @@ def chapter3_ladder(problem: PagedMQAProblem) -> list[tuple[str, str, object, bo
     def chunked(**switches):
         return checked_launch(chunked_logits, *problem.args, layout=problem.layout, **switches)
 
-    return [
-        ("Triton: a program per (sequence, block)", "steps",
-         checked_launch(per_block_grid_logits, *problem.args, layout=problem.layout), True),
-        ("a program walks its row in chunks", "steps", chunked(), True),
-        ("keys as the MMA's A operand", "steps", chunked(keys_as_a=True), True),
-        ("the scale after the head sum", "steps", chunked(keys_as_a=True, scale_after_sum=True), True),
-        ("scales a chunk ahead", "steps", chunked(keys_as_a=True, scale_after_sum=True, scales_ahead=True), True),
-    ]
+    return [("Triton: a program per (sequence, block)", "steps",
+             checked_launch(per_block_grid_logits, *problem.args, layout=problem.layout), True),
+            *((step, "steps", chunked(**switches), True) for step, switches in RUNGS.items())]
 
 
 def loops_step(problem: PagedMQAProblem, copy_bytes_per_s: float) -> dict:

@@ -273,22 +273,49 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
     return fig
 
 
+# The kernels of chapter 3's rungs that run in Python or PyTorch; the others are Triton kernels.
+PYTHON_KERNELS = ("loops", "torch-float64", "torch")
+
+
 def ladder_plot(ladders: dict[str, list[dict]], title: str):
-    """A ladder's time per visible logit, one bar per step on a log scale, one panel per shape (rows of
-    report.ladder): steps that span orders of magnitude, the scalar loops to a tuned kernel, on one axis."""
-    fig, axes = plt.subplots(1, len(ladders), figsize=WIDE, sharey=False)
-    for ax, (label, steps) in zip(np.atleast_1d(axes), ladders.items()):
-        y = np.arange(len(steps))[::-1]
-        ax.barh(y, [s["ns_per_logit"] for s in steps], color="tab:blue")
-        for yi, s in zip(y, steps):
-            ax.text(s["ns_per_logit"] * 1.15, yi, f"{s['ns_per_logit']:.3g}", va="center", fontsize=7)
-        ax.set_xscale("log")
-        ax.set_yticks(y, [s["step"] for s in steps], fontsize=7)
-        ax.set_xlim(right=max(s["ns_per_logit"] for s in steps) * 20)
-        ax.set_xlabel("ns per visible logit (log scale)")
-        ax.set_title(label, fontsize=9)
+    """Chapter 3's ladder in two panels (rows of report.ladder, ``{shape label: steps}``). Left, every step of the
+    longest ladder, its time per visible logit on a log scale: the scalar loops to a Triton kernel span six orders of
+    magnitude. Right, the Triton steps of every ladder, their share of the copy ceiling on a linear scale, a bar per
+    shape with its time, where steps a few percent apart stay apart."""
+    if not ladders or not all(ladders.values()):
+        raise ValueError("ladders must map at least one shape to its non-empty list of steps")
+    fig, (every, triton) = plt.subplots(1, 2, figsize=(10, 4.6), gridspec_kw={"width_ratios": [1, 1.15]})
+    label, steps = max(ladders.items(), key=lambda item: len(item[1]))
+    y = np.arange(len(steps))[::-1]
+    every.barh(y, [s["ns_per_logit"] for s in steps],
+               color=["tab:gray" if s["kernel"] in PYTHON_KERNELS else "tab:blue" for s in steps])
+    for yi, s in zip(y, steps):
+        every.text(s["ns_per_logit"] * 1.15, yi, f"{s['ns_per_logit']:.3g}", va="center", fontsize=7)
+    every.set_xscale("log")
+    every.set_yticks(y, [s["step"] for s in steps], fontsize=7)
+    every.set_xlim(right=max(s["ns_per_logit"] for s in steps) * 100)
+    every.set_xlabel("ns per visible logit (log scale; gray: Python, blue: Triton)")
+    every.set_title(f"every step, {label}", fontsize=9)
+
+    names = list(dict.fromkeys(s["step"] for steps in ladders.values() for s in steps
+                               if s["kernel"] not in PYTHON_KERNELS))
+    height = 0.8 / len(ladders)
+    y = np.arange(len(names))[::-1]
+    for i, (label, steps) in enumerate(ladders.items()):
+        by_name = {s["step"]: s for s in steps}
+        rungs = [(yi, by_name[n]) for yi, n in zip(y, names) if n in by_name]
+        offset = (len(ladders) - 1) / 2 - i
+        triton.barh([yi + offset * height for yi, _ in rungs], [s["pct_copy"] for _, s in rungs], height,
+                    color=f"C{i}", label=label)
+        for yi, s in rungs:
+            triton.text(s["pct_copy"] + 1, yi + offset * height, f"{s['us']:.1f} us", va="center", fontsize=6.5)
+    triton.set_yticks(y, names, fontsize=7)
+    triton.set_xlim(0, 100)
+    triton.set_xlabel("% of the copy ceiling (linear scale)")
+    triton.set_title("the Triton steps", fontsize=9)
+    fig.legend(*triton.get_legend_handles_labels(), loc="lower right", ncol=len(ladders), fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))  # room below for the shapes' legend, which covers no bar there
     return fig
 
 

@@ -176,6 +176,48 @@ def format_step(ladders: dict[Shape, list[dict]], step: str) -> str:
     return "\n".join(lines)
 
 
+def _rule_row(record: dict, shape: Shape, variant: str) -> dict | None:
+    """Our kernel's row of ``shape`` and cache under the launch rule: the fp8 path in a benchmark run, the one path a
+    launch sweep of the portable kernel timed (its rows carry ``kind``)."""
+    if not any("kind" in r for r in record["rows"]):
+        return _ours(record, shape, "fp8", variant)
+    return next((r for r in record["rows"] if r.get("kind") == "kernel" and r.get("rule") and "us" in r
+                 and r["variant"] == variant and Shape(**r["shape"]) == shape), None)
+
+
+@_reader
+def shuffle_costs(record: dict) -> list[dict]:
+    """What preshuffled pages cost our kernel: per shape and page size the run timed both ways, the time on
+    preshuffled pages over natural pages of the same size, under the launch rule (``{"shape", "block_size",
+    "kernel", "ratio"}``; ``kernel`` None in a launch sweep, which runs the portable kernel only)."""
+    costs = []
+    for shape in shapes(record):
+        for block_size in (16, 64):
+            shuffled, natural = (_rule_row(record, shape, f"block{block_size}-{layout}")
+                                 for layout in ("shuffle", "normal"))
+            if shuffled and natural:
+                costs.append({"shape": shape, "block_size": block_size, "kernel": shuffled.get("kernel"),
+                              "ratio": shuffled["us"] / natural["us"]})
+    return costs
+
+
+def format_shuffle_costs(costs: list[dict]) -> str:
+    """One line per page size and next_n: the span of :func:`shuffle_costs`'s ratios as a percentage over natural
+    pages, and over how many shapes."""
+    groups: dict[tuple[int, int], list[float]] = {}
+    for c in costs:
+        groups.setdefault((c["block_size"], c["shape"].next_n), []).append(c["ratio"])
+    if not groups:
+        raise ValueError("costs holds no shape timed on both preshuffled and natural pages")
+    lines = []
+    for (block_size, next_n), ratios in sorted(groups.items()):
+        low, high = (100 * (f(ratios) - 1) for f in (min, max))
+        span = f"{low:+.1f}%" if f"{low:.1f}" == f"{high:.1f}" else f"{low:+.1f}% to {high:+.1f}%"
+        lines.append(f"{block_size}-token pages, next_n = {next_n}: {span} "
+                     f"({len(ratios)} shape{'s' * (len(ratios) > 1)})")
+    return "\n".join(lines)
+
+
 @_reader
 def splits(record: dict, shape: Shape) -> dict[int, float]:
     """Programs per SM -> time of the Hopper kernel's fp8 path on DeepGEMM's cache (the launch rule's sweep)."""
@@ -321,17 +363,52 @@ def _ratio(value) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
+def _span(values) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
+
+
+def _phrase(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def headline(record: dict, nv_dev: dict | None = None, topk: dict | None = None) -> str:
+    """The results in one sentence: per next_n, the span over the run's shapes of our fp8 path's time over the
+    stronger DeepGEMM build's (for each shape, the build whose in-run ratio is the larger: the one ours fares worse
+    against); then, where ``topk`` has shapes, our top-k's time over the best of vLLM's."""
+    others = {r["shape"]: r for r in summary(nv_dev)} if nv_dev else {}
+    by_next_n: dict[int, list[float]] = {}
+    for r in summary(record):
+        ratios = [row["fp8_over_deepgemm"] for row in (r, others.get(r["shape"]))
+                  if row and row["fp8_over_deepgemm"] is not None]
+        if ratios:
+            by_next_n.setdefault(r["shape"].next_n, []).append(max(ratios))
+    if not by_next_n:
+        raise ValueError("the record has no shape with both our fp8 path and DeepGEMM timed")
+    build = "the stronger DeepGEMM build" if nv_dev else "DeepGEMM"
+    parts = [f"{_span(ratios)} {build}'s time at next_n = {n}" if i == 0 else f"{_span(ratios)} at {n}"
+             for i, (n, ratios) in enumerate(sorted(by_next_n.items()))]
+    sentence = f"On an {record['provenance'].get('gpu')} our fp8 kernel takes " + _phrase(parts)
+    topk_ratios = [ours / best for ours, best in (topk or {}).values()]
+    if topk_ratios:
+        sentence += f"; our top-k {_span(topk_ratios)} vLLM's fastest"
+    return sentence + "."
+
+
 def results_table(record: dict, nv_dev: dict | None = None, topk: dict | None = None) -> str:
-    """The headline results as a Markdown table, one row per shape of the run: our fp8 path on DeepGEMM's cache beside
-    DeepGEMM main in the same run, and beside DeepGEMM nv_dev (the line vLLM runs on Hopper) in ``nv_dev``'s run
-    (each ratio within one run; flattened rows where a build does not take next_n), what 16-token preshuffled pages
-    cost against 64-token ones, the exact path, and where ``topk`` (``{Shape: (ours_us, vllm_best_us)}``) has the
-    shape, our top-k over the best of vLLM's. ``python -m preshuffle results`` prints it, and the README holds its
-    output."""
+    """The headline results as Markdown: :func:`headline`, what the table holds, then the table, one row per shape
+    of the run: our fp8 path on DeepGEMM's cache beside DeepGEMM main in the same run, and beside DeepGEMM nv_dev
+    (the line vLLM runs on Hopper) in ``nv_dev``'s run (each ratio within one run; flattened rows where a build does
+    not take next_n), what 16-token preshuffled pages cost against 64-token ones, the exact path, and where ``topk``
+    (``{Shape: (ours_us, vllm_best_us)}``) has the shape, our top-k over the best of vLLM's. Every ratio is a time
+    over a time. ``python -m preshuffle results`` prints it, and the README holds its output."""
     others = {r["shape"]: r for r in summary(nv_dev)} if nv_dev else {}
     topk = topk or {}
-    lines = ["| B, next_n, ctx | ours fp8 (us) | DeepGEMM main (us) | ours / main | DeepGEMM nv_dev (us) | ours / nv_dev "
-             "| 16-token preshuffled / 64-token pages | exact / main | top-k: ours / vLLM's best |",
+    lines = [headline(record, nv_dev, topk), "",
+             "Ratios: time over time within a run, under 1.00x the first faster; DeepGEMM in the same process, same "
+             "inputs, every row checked against float64 first.", "",
+             "| B, next_n, ctx | ours fp8 (us) | DeepGEMM main (us) | ours/main | DeepGEMM nv_dev (us) | ours/nv_dev "
+             "| block16-shuffle/block64 | exact/main | top-k ours/vLLM's fastest |",
              "|---|---|---|---|---|---|---|---|---|"]
     flattened = False
 
@@ -355,10 +432,9 @@ def results_table(record: dict, nv_dev: dict | None = None, topk: dict | None = 
     p = record["provenance"]
     commits = f"commit {str(p.get('git_commit'))[:7]}"
     if nv_dev:
-        commits += f" (nv_dev's run: {str(nv_dev['provenance'].get('git_commit'))[:7]})"
-    lines += ["", f"{p.get('gpu')}, torch {p['torch']}, Triton {p['triton']}, {p['date'][:10]}, {commits}."]
-    if flattened:
-        lines.append("Flattened: the same rows as next_n = 1 sequences, as vLLM runs what a build does not take.")
+        commits += f" (nv_dev's: {str(nv_dev['provenance'].get('git_commit'))[:7]})"
+    lines += ["", f"torch {p['torch']}, Triton {p['triton']}, {p['date'][:10]}, {commits}."
+              + (" Flattened: run as next_n = 1 rows." if flattened else "")]
     return "\n".join(lines)
 
 

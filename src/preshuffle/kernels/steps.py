@@ -1,14 +1,17 @@
-"""The kernel grown in steps, for the workbook's kernel chapter. Each step is a working Triton kernel checked
-against the reference there; the last step is :func:`preshuffle.kernels.fp8_paged_mqa_logits`.
+"""The kernel grown in steps, for the workbook's kernel chapter (chapter 3). Each step is a working Triton kernel
+checked against the reference there; the last step is :func:`preshuffle.kernels.fp8_paged_mqa_logits`. The
+chapter's steps 1 and 2 are the references in Python and PyTorch (:mod:`preshuffle.reference`); the Triton steps are
+numbered as the chapter numbers them.
 
-Step 1 scores one query row against the tokens of one natural-layout block. Step 2 launches a grid of one
-program per (sequence, block), the naive Triton kernel (next_n = 1, no split of the work
+Step 3 scores one query row against the tokens of one natural-layout block (:func:`one_block_logits`), then
+launches a grid of one such program per (sequence, block), the naive Triton kernel (next_n = 1, no split of the work
 beyond blocks, the output pre-filled with -inf on the host).
 
-From step 3 on the chapter follows the ladder the portable kernel climbed on the H200 (docs/kernel-design.md).
+Steps 4-7 follow the ladder the portable kernel climbed on the H200 (docs/kernel-design.md).
 :func:`chunked_logits` is its first rungs: a program walks a run of one sequence's row in chunks (version 1),
-then three switches turn on the ideas of version 2 one at a time. The later rungs live in the portable kernel
-itself, which :func:`portable_logits` runs on any device.
+then three switches turn on the ideas of version 2 one at a time (:data:`RUNGS`); :func:`chunked_source` prints
+the kernel of each rung as Triton compiles it. The later rungs live in the portable kernel itself, step 8, which
+:func:`portable_logits` runs on any device.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import math
 import torch
 
 from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
+from .. import source
 from ..contract import check_inputs
 from . import fp8_paged_mqa_logits
 from .launch import LaunchConfig, default_config, fixed_run
@@ -27,8 +31,9 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 
-# Every relu of the steps keeps NaN, as the reference's does: a NaN in q or in a key is no score of 0. Steps 2-11
-# are checked calls, which refuse a scale that is not finite and positive; step 1 makes its logit NaN.
+# Every relu of the steps keeps NaN, as the reference's does: a NaN in q or in a key is no score of 0. The grid and
+# the later steps are checked calls, which refuse a scale that is not finite and positive; the one-block kernel
+# makes its logit NaN.
 _KEEP_NAN = tl.constexpr(tl.PropagateNan.ALL)
 
 
@@ -60,15 +65,15 @@ def _check_queries(what: str, q: torch.Tensor, heads: int, head_dim: int, name: 
 
 
 def _tileable_block(block_size: int) -> bool:
-    """Whether a block's tokens can be one tile of steps 1 and 2: a ``tl.arange`` (a power of two) and a side of
+    """Whether a block's tokens can be one tile of step 3's kernels: a ``tl.arange`` (a power of two) and a side of
     ``tl.dot`` (16 or more)."""
     return block_size >= 16 and not block_size & (block_size - 1)
 
 
 def one_block_logits(q_row: torch.Tensor, block: torch.Tensor, weights_row: torch.Tensor) -> torch.Tensor:
-    """Step 1: ``q_row`` fp8 ``[H, D]`` against one NORMAL block ``[block_size, 1, D + 4]`` (``kv_cache[n]``), with
-    ``weights_row`` fp32 ``[H]``: fp32 logits ``[block_size]`` for every token of the block, NaN for a token whose
-    scale is not finite and positive (one never written, in a zeroed cache)."""
+    """Step 3, one block: ``q_row`` fp8 ``[H, D]`` against one NORMAL block ``[block_size, 1, D + 4]``
+    (``kv_cache[n]``), with ``weights_row`` fp32 ``[H]``: fp32 logits ``[block_size]`` for every token of the block,
+    NaN for a token whose scale is not finite and positive (one never written, in a zeroed cache)."""
     for name, t in {"q_row": q_row, "block": block, "weights_row": weights_row}.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
@@ -77,7 +82,8 @@ def one_block_logits(q_row: torch.Tensor, block: torch.Tensor, weights_row: torc
     if q_row.dim() != 2:
         raise ValueError(f"q_row must be [heads, head_dim] (q[b, j]), got {list(q_row.shape)}")
     heads, head_dim = q_row.shape
-    _check_queries("step 1's kernel", q_row, heads, head_dim, name="q_row", block=block, weights_row=weights_row)
+    _check_queries("step 3's one-block kernel", q_row, heads, head_dim, name="q_row", block=block,
+                   weights_row=weights_row)
     if tuple(weights_row.shape) != (heads,):
         raise ValueError(f"weights_row must be [heads] = [{heads}], got {list(weights_row.shape)}")
     if block.dim() != 3 or block.shape[1:] != (1, head_dim + 4) or not _tileable_block(block.shape[0]):
@@ -115,16 +121,16 @@ def _per_block_grid_kernel(q_ptr, kv_ptr, scale_ptr, w_ptr, ctx_ptr, bt_ptr, out
 
 
 def per_block_grid_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
-    """Step 2: one program per (sequence, block), natural layout, next_n = 1, 1-D context lengths."""
+    """Step 3, the grid: one program per (sequence, block), natural layout, next_n = 1, 1-D context lengths."""
     return _per_block_grid_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout=layout)()
 
 
 def _per_block_grid_launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal"):
     p = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
-    _check_queries("step 2's kernel", q, p.heads, p.head_dim, kv_cache=kv_cache)
+    _check_queries("step 3's grid", q, p.heads, p.head_dim, kv_cache=kv_cache)
     if p.next_n != 1 or p.ctx_2d or not _tileable_block(p.block_size) or layout != "normal":
-        raise ValueError("step 2 handles next_n = 1, 1-D context_lens, power-of-two block sizes >= 16 (a block is "
-                         f"one tile) and the normal layout only, got next_n {p.next_n}, {context_lens.dim()}-D "
+        raise ValueError("step 3's grid handles next_n = 1, 1-D context_lens, power-of-two block sizes >= 16 (a block "
+                         f"is one tile) and the normal layout only, got next_n {p.next_n}, {context_lens.dim()}-D "
                          f"context_lens, block size {p.block_size}, layout {layout!r}")
     width = p.max_blocks * p.block_size  # the grid covers whole blocks; the row is cut to max_model_len after
     q8, w, tables = q.contiguous().view(torch.uint8), weights.contiguous(), block_tables.contiguous()
@@ -204,7 +210,7 @@ def _chunked_kernel(
             s = _chunk_scales(first, kv_len, b, bt_ptr, bt_stride, scale_ptr, BLOCK_SIZE, D, CHUNK)
         if KEYS_AS_A:  # K @ Q^T: a token per accumulator row, its heads along the row
             scores = tl.dot(k, q_t, out_dtype=tl.float32)
-        else:          # Q @ K^T as in steps 1 and 2 (heads down the accumulator), turned so the rest is shared
+        else:          # Q @ K^T as in step 3 (heads down the accumulator), turned so the rest is shared
             scores = tl.trans(tl.dot(tl.trans(q_t), tl.trans(k), out_dtype=tl.float32))
         if SCALE_AFTER_SUM:  # s > 0, so relu(s x) = s relu(x): one multiply per token, not one per head
             logits = tl.sum(tl.reshape(tl.maximum(scores, 0.0, propagate_nan=_KEEP_NAN) * w[None, :], (CHUNK, ROWS, H)),
@@ -222,9 +228,27 @@ def _chunked_kernel(
                  mask=(js < NEXT_N)[None, :] & (pos < end)[:, None])
 
 
+# Steps 4-7: the switches of chunked_logits turned on one at a time, in the order the ladder climbed, under the
+# names the benchmark gives their rows.
+RUNGS = {
+    "a program walks its row in chunks": {},
+    "keys as the MMA's A operand": {"keys_as_a": True},
+    "the scale after the head sum": {"keys_as_a": True, "scale_after_sum": True},
+    "scales a chunk ahead": {"keys_as_a": True, "scale_after_sum": True, "scales_ahead": True},
+}
+_SWITCHES = {"keys_as_a": "KEYS_AS_A", "scale_after_sum": "SCALE_AFTER_SUM", "scales_ahead": "SCALES_AHEAD"}
+
+
+def chunked_source(*, keys_as_a=False, scale_after_sum=False, scales_ahead=False) -> str:
+    """The kernel of steps 4-7 with its switches fixed, as Triton compiles it (:func:`preshuffle.source.specialize`):
+    the kernel a call of :func:`chunked_logits` with these switches runs, without the branches it does not take."""
+    values = {"keys_as_a": keys_as_a, "scale_after_sum": scale_after_sum, "scales_ahead": scales_ahead}
+    return source.specialize(_chunked_kernel, **{_SWITCHES[name]: value for name, value in values.items()})
+
+
 def chunked_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
                    config: LaunchConfig | None = None, keys_as_a=False, scale_after_sum=False, scales_ahead=False):
-    """Steps 3-7: one program per (sequence, run of ``config.tokens_per_program`` positions), walking its run in
+    """Steps 4-7: one program per (sequence, run of ``config.tokens_per_program`` positions), walking its run in
     chunks of ``config.chunk`` with all next_n query rows in one tile; any block size, either layout, 1-D or 2-D
     context lengths. With every switch off it computes ``Q @ K^T`` and scales before the head reduction
     (the ladder's version 1); ``keys_as_a``, ``scale_after_sum`` and ``scales_ahead`` are version 2's ideas."""
@@ -264,7 +288,7 @@ def _chunked_launch(q, kv_cache, weights, context_lens, block_tables, max_model_
 
 
 def checked_launch(step, q, kv_cache, weights, context_lens, block_tables, max_model_len, **options):
-    """Step 2's or steps 3-7's call (``step``: :func:`per_block_grid_logits` or :func:`chunked_logits`) on inputs
+    """Step 3's grid or steps 4-7's call (``step``: :func:`per_block_grid_logits` or :func:`chunked_logits`) on inputs
     checked once, values included, as a function of no arguments that launches the kernel again: what a CUDA graph
     captures to time a step, with no host sync inside. The inputs must not change after the check."""
     launches = {per_block_grid_logits: _per_block_grid_launch, chunked_logits: _chunked_launch}
@@ -275,7 +299,7 @@ def checked_launch(step, q, kv_cache, weights, context_lens, block_tables, max_m
 
 def portable_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
                     config: LaunchConfig | None = None):
-    """Steps 8-11: the package's portable kernel (kernels/portable.py) with exact products, on any device, with
+    """Step 8: the package's portable kernel (kernels/portable.py) with exact products, on any device, with
     ``config`` or its launch rule. (On an sm90 GPU the entry point would otherwise run chapter 5's Hopper kernel.)"""
     dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
     config = config or default_config(dims.batch)
