@@ -45,13 +45,14 @@ def test_summary_gives_vllms_width_the_rows_own_and_our_other_paths():
 def test_the_headline_spans_native_rows_only_and_the_table_says_which_way_ratios_go():
     text = vcr.results_table(record(), record("deepgemm-flattened"), {ONE: (30.0, 10.0)})
     headline, *rest = text.splitlines()
-    assert headline == ("At vLLM's own call on an NVIDIA H200, our fp8 logits kernel takes 2.00x at next_n = 1 and "
-                        "1.50x at next_n = 4 the time of DeepGEMM nv_dev, the build vLLM runs; our top-k takes "
-                        "3.00x the time of vLLM's fastest.")
-    assert "under 1.00x ours is faster" in text and "commit abcdef0 (main's run: abcdef0), 3 rounds." in text
-    assert "| 64, 1, 8K | 20.0 | 10.0 | 2.00x (1.00-3.00) | 10.0 | 2.00x (1.00-3.00) | 2.00x | - | 3.00x |" in rest
+    assert headline == ("At vLLM's own call on an NVIDIA H200, our fp8 logits kernel's time over DeepGEMM nv_dev's "
+                        "(the build vLLM runs) is 2.00x at next_n = 1 and 1.50x at 4; our top-k's over vLLM's "
+                        "fastest, 3.00x.")
+    assert "under 1.00x ours is faster" in text and "the median of 3 rounds" in text
+    assert "commit abcdef0 (main's run: abcdef0)." in text
+    assert "| 64, 1, 8K | 20.0 | 10.0 | 2.00x (1.00-3.00) | 10.0 | 2.00x | 2.00x | - | 3.00x |" in rest
     assert "| 64, 4, 8K | 30.0 | 20.0 | 1.50x | 20.0 (flat) | 1.50x | - | - | - |" in rest
-    assert text.endswith("as vLLM does where it has no kernel.")
+    assert text.endswith("as vLLM does without a kernel.")
     # With every row flattened there is no native ratio to state.
     with pytest.raises(ValueError, match="no shape with ours and DeepGEMM both timed"):
         vcr.headline(record() | {"rows": [r for r in record()["rows"] if r["who"] == "ours"]})

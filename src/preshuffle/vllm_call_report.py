@@ -99,13 +99,12 @@ def headline(nv_dev: dict, topk: dict | None = None) -> str:
         low, high = min(values), max(values)
         return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
 
-    parts = [f"{span(v)} at next_n = {n}" for n, v in sorted(by_next_n.items())]
-    text = (f"At vLLM's own call on an {nv_dev['provenance'].get('gpu')}, our fp8 logits kernel takes "
-            f"{', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}{parts[-1]} the time of DeepGEMM nv_dev, "
-            f"the build vLLM runs")
+    parts = [f"{span(v)} at {'next_n = ' if i == 0 else ''}{n}" for i, (n, v) in enumerate(sorted(by_next_n.items()))]
+    text = (f"At vLLM's own call on an {nv_dev['provenance'].get('gpu')}, our fp8 logits kernel's time over DeepGEMM "
+            f"nv_dev's (the build vLLM runs) is {', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}{parts[-1]}")
     ratios = [ours / best for ours, best in (topk or {}).values()]
     if ratios:
-        text += f"; our top-k takes {span(ratios)} the time of vLLM's fastest"
+        text += f"; our top-k's over vLLM's fastest, {span(ratios)}"
     return text + "."
 
 
@@ -119,8 +118,8 @@ def results_table(nv_dev: dict, main: dict | None = None, topk: dict | None = No
     wide = nv_dev["vllm_max_model_len"]
     lines = [headline(nv_dev, topk), "",
              f"vLLM's call: `max_context_len` {wide}, `clean_logits=False`, `[B, next_n]` lengths, 64-token pages. "
-             "Ratios are time over time within one run (under 1.00x ours is faster), the median of its rounds "
-             "(their spread in parentheses); every call checked against float64 first.", "",
+             f"Time over time in one run (under 1.00x ours is faster), the median of {nv_dev['rounds']} rounds (spread "
+             "in parentheses); every call checked against float64 first.", "",
              "| B, next_n, ctx | ours (us) | nv_dev (us) | ours/nv_dev | main (us) | ours/main | exact/fp8 "
              "| 16-token preshuffled/64 | top-k ours/vLLM's fastest |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -133,14 +132,13 @@ def results_table(nv_dev: dict, main: dict | None = None, topk: dict | None = No
         top = topk.get(s)
         lines.append(f"| {s.batch}, {s.next_n}, {s.avg_ctx // 1024}K | {_us(r['ours_us'])} | "
                      f"{_us(r['deepgemm_us'])}{flat} | {_x(r['ratio'])} | {_us(m and m['deepgemm_us'])}{mflat} | "
-                     f"{_x(m and m['ratio'])} | {_x(r['own']['ours-exact'], False)} | "
+                     f"{_x(m and m['ratio'], False)} | {_x(r['own']['ours-exact'], False)} | "
                      f"{_x(r['own']['ours-block16-shuffle'], False)} | "
                      f"{f'{top[0] / top[1]:.2f}x' if top else '-'} |")
     p = nv_dev["provenance"]
     runs = f"commit {str(p.get('git_commit'))[:7]}"
     if main:
         runs += f" (main's run: {str(main['provenance'].get('git_commit'))[:7]})"
-    lines += ["", f"{p.get('gpu')}, torch {p['torch']}, Triton {p['triton']}, {p['date'][:10]}, {runs}, "
-                  f"{nv_dev['rounds']} rounds." + (" Flat: the build runs the rows as next_n = 1 sequences, as vLLM "
-                                                   "does where it has no kernel." if flattened else "")]
+    lines += ["", f"{p.get('gpu')}, torch {p['torch']}, Triton {p['triton']}, {p['date'][:10]}, {runs}."
+              + (" Flat: the rows run as next_n = 1 sequences, as vLLM does without a kernel." if flattened else "")]
     return "\n".join(lines)
