@@ -39,9 +39,16 @@ from preshuffle.testing import timing
 from preshuffle.testing.inputs import benchmark_problem
 from preshuffle.testing.numeric import CONTRACTS, check_repeatable, compare_logits, meets_contract
 
+ROOT = Path(__file__).resolve().parents[1]
 VLLM_MAX_MODEL_LEN = 163840  # DeepSeek-V3.2's max_model_len, what vLLM passes as max_context_len
 REPEATS = 5                  # runs compared bit for bit before a call is timed
 SELECTORS = ("pps", "batch", "next_n")  # --configs keys that are no HopperConfig field
+
+
+def error_text() -> str:
+    """The exception being handled, its paths in the checkout named from the checkout's root (a results file names
+    no machine's folders)."""
+    return traceback.format_exc().replace(str(ROOT), ".")
 
 
 def widened(problem, width: int):
@@ -121,7 +128,7 @@ def measure_shape(shape: Shape, dg, build, configs, rounds: int, ceiling: float)
         try:
             row.update(check(fn, reference, problem.max_model_len, precision))
         except Exception:  # noqa: BLE001 (record it and go on)
-            row["error"] = traceback.format_exc()
+            row["error"] = error_text()
         rows.append((row, fn))
     for _ in range(rounds):
         for row, fn in rows:
@@ -216,7 +223,7 @@ def main(argv=None) -> int:
             record["rows"] += measure_shape(shape, dg, build, configs, args.rounds, ceiling)
         except Exception:  # noqa: BLE001
             record["rows"].append({"shape": asdict(shape), "who": "setup", "max_model_len": 0,
-                                   "error": traceback.format_exc()})
+                                   "error": error_text()})
         record["seconds"] = time.time() - started
         args.out.write_text(json.dumps(record, indent=1))
         print(f"{shape.label} done at {record['seconds']:.0f} s", flush=True)

@@ -71,17 +71,19 @@ def test_negotiate_help_states_the_exit_status(capsys):
     assert "exit status 1 when a negotiation fails or the indexer kernel would reject the negotiated size" in text
 
 
-def test_main_results_prints_the_committed_run_as_a_markdown_table(capsys):
+def test_main_results_prints_the_committed_runs_at_vllms_call_as_a_markdown_table(capsys):
+    from preshuffle import vllm_call_report
+
     assert main(["results"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].startswith("On an NVIDIA H200 our fp8 kernel takes ")
+    assert lines[0].startswith("At vLLM's own call on an NVIDIA H200, our fp8 logits kernel's time over DeepGEMM ")
     header = lines.index(next(line for line in lines if line.startswith("| B, next_n, ctx |")))
     assert set(lines[header + 1]) == {"|", "-"}
     rows = [line for line in lines[header + 2:] if line.startswith("| ")]
-    assert len(rows) == len(report.shapes(report.load()))
-    record = report.load()
-    assert record["provenance"]["git_commit"][:7] in out and "DeepGEMM nv_dev" in lines[header]
+    nv_dev = vllm_call_report.load(vllm_call_report.RUNS["nv_dev"])
+    assert len(rows) == len(vllm_call_report.shapes(nv_dev))
+    assert nv_dev["provenance"]["git_commit"][:7] in out and "nv_dev (us)" in lines[header]
 
 
 def test_main_results_names_a_missing_file(tmp_path, capsys):

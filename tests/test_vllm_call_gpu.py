@@ -85,6 +85,7 @@ def test_the_script_checks_both_widths_times_them_in_rounds_and_writes_json(load
     assert (1, "ours-config", False) not in rows  # each extra launch for the shapes it names, if any
     config = rows[(3, "ours-config", False)]
     assert "a HopperConfig needs an sm90 GPU" in config["error"] and "us" not in config
+    assert str(script.ROOT) not in config["error"] and 'File "./benchmarks/vllm_call_gpu.py"' in config["error"]
     assert config["asked"] == {"stages": 6} and config["config"]["stages"] == 6
     table = capsys.readouterr().out
     assert "B=2 next_n=3 ctx=100" in table and "1.00x [1.00, 1.00] (flattened)" in table
