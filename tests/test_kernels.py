@@ -279,12 +279,6 @@ def small():
     return random_problem([40, 0, 75], next_n=2, heads=16, block_size=16, seed=3, device=DEV)
 
 
-def contract_of(precision: str) -> str:
-    """The accuracy contract a call at ``precision`` is held to here: the exact one under the interpreter, which
-    computes both exactly."""
-    return "exact" if device.INTERPRETED else precision
-
-
 @pytest.mark.parametrize("check_values", [True, False])
 @pytest.mark.parametrize("precision", ["exact", "fp8"])
 @pytest.mark.parametrize("kernel", KERNELS)
