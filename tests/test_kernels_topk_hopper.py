@@ -48,6 +48,9 @@ def as_sets(selection):
     ("candidates", 512, ValueError, r"candidates must be a power of two in \[max\(128, 32 \* warps\)"),
     ("rank_limit", 0, ValueError, "rank_limit must be a positive int"),
     ("rank_limit", 2000, ValueError, r"rank_limit must be in \[1, 960\] \(the list's capacity\)"),
+    ("eager", 1, TypeError, "eager must be a bool"),
+    ("registers", 16, ValueError, r"registers must be 0 \(the compiler's choice\) or in \[24, 255\]"),
+    ("registers", 64.0, ValueError, "registers must be 0"),
 ])
 def test_hopper_config_refuses_launches_the_kernel_cannot_run(field, value, error, match):
     base = dict(warps=32, candidates=1024)
@@ -79,7 +82,9 @@ def test_default_launch_covers_the_width_and_fills_the_gpu(rows, width, elem):
     if rows * 2 <= topk_hopper.SMS and width >= 8192 * 2:
         assert config.cluster > 1  # few long rows share the SMs
     if rows > topk_hopper.SMS:
-        assert config.warps < 32  # several CTAs a multiprocessor
+        assert config.warps < 32  # several CTAs a multiprocessor, their registers capped to fit
+        assert config.registers * 32 * config.warps * (2 if config.warps == 16 else 3) <= 65536
+    assert config.eager == (rows * config.cluster <= topk_hopper.SMS * (1 if config.warps == 32 else 2))
 
 
 def test_the_dispatch_takes_the_sm90_kernel_on_hopper_only():

@@ -41,6 +41,7 @@ from triton.experimental.gluon import language as gl
 from triton.runtime.jit import constexpr_function
 
 from ..arguments import positive_int
+from . import smem_ptx
 from . import smem_ptx as px
 
 INVALID_KEY = gl.constexpr(-(2 ** 31))  # below every key
@@ -55,7 +56,10 @@ class HopperTopKConfig:
     (a chunk is ``vectors * 32 * warps`` loads); ``chunks`` a CTA; ``cluster``: CTAs a row (a thread-block cluster;
     16 is non-portable but runs on H100/H200); ``bits``: histogram bins ``2**bits`` over the 16-bit keys and over
     the candidates' keys; ``candidates``: entries of the candidate list (a power of two); ``rank_limit``: the most
-    candidates ranked against each other without a radix level first."""
+    candidates ranked against each other without a radix level first; ``eager``: load the segment as far as the
+    logits' width without waiting for the row's length (one dependent memory round trip fewer, more bytes read
+    where rows are shorter than the width); ``registers``: a cap on the registers a thread (0: the compiler's
+    choice), so that more CTAs fit a multiprocessor."""
 
     warps: int = 32
     vectors: int = 1
@@ -64,6 +68,8 @@ class HopperTopKConfig:
     bits: int = 12
     candidates: int = 1024
     rank_limit: int = 128
+    eager: bool = False
+    registers: int = 0
 
     def __post_init__(self):
         warps = positive_int(self.warps, "warps")
@@ -82,6 +88,11 @@ class HopperTopKConfig:
         if cap & (cap - 1) or not max(128, 32 * warps) <= cap <= 8192:
             raise ValueError(f"candidates must be a power of two in [max(128, 32 * warps), 8192] = "
                              f"[{max(128, 32 * warps)}, 8192], got {cap}")
+        if not isinstance(self.registers, int) or isinstance(self.registers, bool) or not (
+                self.registers == 0 or 24 <= self.registers <= 255):
+            raise ValueError(f"registers must be 0 (the compiler's choice) or in [24, 255], got {self.registers!r}")
+        if not isinstance(self.eager, bool):
+            raise TypeError(f"eager must be a bool, got {type(self.eager).__name__} {self.eager!r}")
         if not 1 <= positive_int(self.rank_limit, "rank_limit") <= self.capacity():
             raise ValueError(f"rank_limit must be in [1, {self.capacity()}] (the list's capacity), got "
                              f"{self.rank_limit}")
@@ -124,9 +135,11 @@ DEFAULT_CLUSTER = 8     # the largest portable cluster; 16 (non-portable) is a l
 def default_config(rows: int, width: int, elem_bytes: int = 4) -> HopperTopKConfig:
     """The launch predicted fastest for ``rows`` rows of logits ``width`` wide (docs/topk.md): while rows leave
     multiprocessors idle, a cluster of CTAs a row (up to 8), the largest that keeps rows x cluster within the SMs
-    and 4096 positions a CTA; 1024 threads a CTA up to a row an SM, fewer and smaller CTAs beyond; then clusters
+    and 4096 positions a CTA; 1024 threads a CTA up to a row an SM, fewer and smaller CTAs beyond (their registers
+    capped so that two CTAs of 512 threads or three of 256 fit a multiprocessor); then clusters
     large enough that no thread holds more than 48 positions where 8 CTAs can; two 16-byte loads a thread a chunk
-    once a thread holds 16 positions or more."""
+    once a thread holds 16 positions or more; eager loads while the CTAs fit the GPU at once (latency, not bytes,
+    bounds those launches)."""
     rows, width = positive_int(rows, "rows"), positive_int(width, "width")
     per_load = 16 // elem_bytes
     cluster = 1
@@ -140,8 +153,10 @@ def default_config(rows: int, width: int, elem_bytes: int = 4) -> HopperTopKConf
     vectors = 2 if per_thread >= 4 * per_load else 1
     chunk = vectors * per_load * threads
     chunks = -(-(-(-width // cluster)) // chunk)
+    eager = rows * cluster <= SMS * (1 if warps == 32 else 2)
+    registers = {32: 0, 16: 64, 8: 80}[warps]  # 1, 2 and 3 CTAs a multiprocessor
     return HopperTopKConfig(warps=warps, vectors=vectors, chunks=max(1, chunks), cluster=cluster, bits=12,
-                            candidates=max(1024, threads), rank_limit=128)
+                            candidates=max(1024, threads), rank_limit=128, eager=eager, registers=registers)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -193,6 +208,18 @@ def _chunk_positions(first, V: gl.constexpr, E4: gl.constexpr, W: gl.constexpr):
     t = gl.arange(0, 32 * W, layout=gl.SliceLayout(0, gl.SliceLayout(2, L)))
     v = gl.arange(0, V, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))
     return first + e[:, None, None] * (32 * W * V) + t[None, :, None] * V + v[None, None, :]
+
+
+@gluon.jit
+def _load_chunk(row_ptr, first, end, V: gl.constexpr, E4: gl.constexpr, W: gl.constexpr, WHOLE: gl.constexpr):
+    """The chunk of the row at ``first``, as fp32, loaded up to ``end``: with ``WHOLE``, whole 16-byte vectors (the
+    rest of the last one lies in the row: the logits' width is whole vectors; it is never counted)."""
+    pos = _chunk_positions(first, V, E4, W)
+    if WHOLE:
+        x = gl.load(row_ptr + pos, mask=(pos // V) * V < end, other=0.0)
+    else:
+        x = gl.load(row_ptr + pos, mask=pos < end, other=0.0)
+    return x.to(gl.float32)
 
 
 @gluon.jit
@@ -512,7 +539,8 @@ def _narrow(lo, span, p2, s):
 @gluon.jit(do_not_specialize=["k", "width", "next_n"])
 def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX_2D: gl.constexpr,
                         W: gl.constexpr, E4: gl.constexpr, V: gl.constexpr, NCH: gl.constexpr, C: gl.constexpr,
-                        BITS: gl.constexpr, CAP: gl.constexpr, R3L: gl.constexpr, WHOLE: gl.constexpr):
+                        BITS: gl.constexpr, CAP: gl.constexpr, R3L: gl.constexpr, WHOLE: gl.constexpr,
+                        EAGER: gl.constexpr):
     BINS: gl.constexpr = 1 << BITS
     WORDS: gl.constexpr = shared_words(BINS, CAP)
     HIST: gl.constexpr = 0
@@ -529,6 +557,13 @@ def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX
     pid = gl.program_id(0)
     row = pid // C
     rank = pid % C
+    row_ptr = x_ptr + row.to(gl.int64) * x_stride
+    seg_start = rank * SEG
+    xs = ()
+    if EAGER:  # the segment's loads go out before the row's length comes back
+        for ci in gl.static_range(NCH):
+            xs = xs + (_load_chunk(row_ptr, seg_start + ci * CHUNK, gl.minimum(width, seg_start + SEG), V, E4, W,
+                                   WHOLE),)
     n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     out_row = out_ptr + row.to(gl.int64) * k
     tid = px.thread_index()
@@ -539,19 +574,17 @@ def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX
                 i = first + gl.arange(0, 128 * W, layout=L)
                 gl.store(out_row + i, gl.where(i < n, i, -1), mask=i < k)
     else:
-        row_ptr = x_ptr + row.to(gl.int64) * x_stride
         _zero(buf, HIST, BINS, W)
         _reset_ctrl(buf, CTRL, W)
-        seg_start = rank * SEG
         seg_end = gl.minimum(n, seg_start + SEG)
         # 1. Load the segment (every chunk in flight at once), pack its 16-bit keys, count them.
         keys = ()
         for ci in gl.static_range(NCH):
             pos = _chunk_positions(seg_start + ci * CHUNK, V, E4, W)
-            if WHOLE:  # whole 16-byte vectors: the rest of the last one lies in the row, and is never counted
-                x = gl.load(row_ptr + pos, mask=(pos // V) * V < seg_end, other=0.0).to(gl.float32)
+            if EAGER:
+                x = xs[ci]
             else:
-                x = gl.load(row_ptr + pos, mask=pos < seg_end, other=0.0).to(gl.float32)
+                x = _load_chunk(row_ptr, seg_start + ci * CHUNK, seg_end, V, E4, W, WHOLE)
             xa, xb = _pairs(x, V)
             pa, pb = _pairs(pos, V)
             # A position past the segment gets key 0, which no logit has (NaN counts as -inf, key 0x03FF): it
@@ -617,7 +650,7 @@ def constexprs(config: HopperTopKConfig, ctx_2d: bool, elem_bytes: int, width: i
     vector of a row's prefix whole."""
     return dict(CTX_2D=ctx_2d, W=config.warps, E4=config.vectors, V=16 // elem_bytes, NCH=config.chunks,
                 C=config.cluster, BITS=config.bits, CAP=config.candidates, R3L=config.rank_limit,
-                WHOLE=width % (16 // elem_bytes) == 0)
+                WHOLE=width % (16 // elem_bytes) == 0, EAGER=config.eager)
 
 
 def check_launch(config: HopperTopKConfig, width: int, k: int, elem_bytes: int) -> None:
@@ -628,54 +661,68 @@ def check_launch(config: HopperTopKConfig, width: int, k: int, elem_bytes: int) 
         raise ValueError(f"k must be at most {MAX_K} for the sm90 kernel, got {k}")
 
 
-def launch_topk_hopper(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, k: int, next_n: int,
-                       ctx_2d: bool, config: HopperTopKConfig) -> torch.Tensor:
-    """Run the sm90 kernel on checked inputs (as :func:`preshuffle.kernels.topk.launch_topk` takes them): ``logits``
-    [rows, width] with unit column stride, ``lengths`` int32, ``out`` int32 [rows, k] contiguous."""
-    rows, width = logits.shape
-    if rows == 0 or width == 0:
-        return out.fill_(-1)
-    _, elem_bytes = _ELEM[logits.dtype]
-    check_launch(config, width, k, elem_bytes)
-    args = (logits, logits.stride(0), lengths, out, k, width, next_n)
-    consts = constexprs(config, ctx_2d, elem_bytes, width)
-    if config.cluster == 1:
-        compiled = _topk_hopper_kernel[(rows,)](*args, **consts, num_warps=config.warps)
-        px.check_single_allocation(compiled, config.shared_words())
-        return out
-    # A cluster launch: Triton's launcher makes clusters of num_ctas CTAs of a kernel compiled with one.
-    compiled = _topk_hopper_kernel.warmup(*args, **consts, num_warps=config.warps, grid=(rows * config.cluster,))
-    px.check_single_allocation(compiled, config.shared_words())
-    stream = torch.cuda.current_stream(logits.device).cuda_stream
-    metadata = (compiled.metadata.num_warps, config.cluster, compiled.metadata.shared)
-    compiled.run(rows, 1, 1, stream, compiled.function, metadata, None, None, None, *args, *consts.values())
-    return out
-
-
-def sm90a_source(config: HopperTopKConfig, ctx_2d: bool = False, dtype: str = "fp32", width: int = 65536):
-    """What a launch compiles for 16-byte aligned tensors and a 16-divisible row stride: Gluon's source of the kernel
-    (signature, constexprs, alignment)."""
+def sm90a_source(config: HopperTopKConfig, ctx_2d: bool = False, dtype: str = "fp32", width: int = 65536,
+                 aligned: bool = True):
+    """What a launch compiles: Gluon's source of the kernel (signature, constexprs and, where ``aligned``, the
+    tensors 16-byte aligned and the row stride a multiple of 16, which lets its loads take 16 bytes)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     elem_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
     consts = constexprs(config, ctx_2d, elem_bytes, width)
     signature = {"x_ptr": f"*{dtype}", "x_stride": "i32", "ctx_ptr": "*i32", "out_ptr": "*i32", "k": "i32",
                  "width": "i32", "next_n": "i32", **dict.fromkeys(consts, "constexpr")}
-    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3)}
-    return GluonASTSource(_topk_hopper_kernel, signature, consts, aligned)
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3)} if aligned else {}
+    return GluonASTSource(_topk_hopper_kernel, signature, consts, attrs)
 
 
 def compile_sm90a(config: HopperTopKConfig | None = None, ctx_2d: bool = False, dtype: str = "fp32",
-                  width: int = 65536):
-    """Compile the kernel for sm90a without a GPU (Triton's bundled ptxas); returns Triton's compiled kernel, checked
-    to hold only its one shared-memory buffer. Call it where TRITON_INTERPRET is 0."""
+                  width: int = 65536, aligned: bool = True):
+    """Compile the kernel for sm90a, with or without a GPU (Triton's bundled ptxas; its cache keeps the result, so
+    a later launch of the same arguments finds it); returns Triton's compiled kernel, checked to hold only its one
+    shared-memory buffer. Call it where TRITON_INTERPRET is 0."""
     from triton.backends.compiler import GPUTarget
 
     config = config or HopperTopKConfig()
-    compiled = triton.compile(sm90a_source(config, ctx_2d, dtype, width), target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=config.warps))
-    px.check_single_allocation(compiled, config.shared_words())
+    options = dict(num_warps=config.warps, **({"maxnreg": config.registers} if config.registers else {}))
+    compiled = triton.compile(sm90a_source(config, ctx_2d, dtype, width, aligned), target=GPUTarget("cuda", 90, 32),
+                              options=options)
+    smem_ptx.check_single_allocation(compiled, config.shared_words())
     return compiled
+
+
+_COMPILED: dict = {}
+
+
+def _aligned(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 for t in (logits, lengths, out)) and logits.stride(0) % 16 == 0
+
+
+def launch_topk_hopper(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, k: int, next_n: int,
+                       ctx_2d: bool, config: HopperTopKConfig) -> torch.Tensor:
+    """Run the sm90 kernel on checked inputs (as :func:`preshuffle.kernels.topk.launch_topk` takes them): ``logits``
+    [rows, width] with unit column stride, ``lengths`` int32, ``out`` int32 [rows, k] contiguous. Each launch
+    (options, logits type, lengths' rank, whole vectors, alignment, device) compiles once; a cluster launch is
+    Triton's launcher making clusters of ``cluster`` CTAs of a kernel compiled for one."""
+    rows, width = logits.shape
+    if rows == 0 or width == 0:
+        return out.fill_(-1)
+    dtype, elem_bytes = _ELEM[logits.dtype]
+    check_launch(config, width, k, elem_bytes)
+    whole = width % (16 // elem_bytes) == 0
+    aligned = _aligned(logits, lengths, out)
+    key = (config, dtype, ctx_2d, whole, aligned, logits.device)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        with torch.cuda.device(logits.device):
+            compiled = compile_sm90a(config, ctx_2d, dtype, width, aligned)
+            compiled._init_handles()
+        _COMPILED[key] = compiled
+    consts = constexprs(config, ctx_2d, elem_bytes, width)
+    stream = torch.cuda.current_stream(logits.device).cuda_stream
+    metadata = (compiled.metadata.num_warps, config.cluster, compiled.metadata.shared)
+    compiled.run(rows, 1, 1, stream, compiled.function, metadata, None, None, None, logits, logits.stride(0),
+                 lengths, out, k, width, next_n, *consts.values())
+    return out
 
 
 def replace(config: HopperTopKConfig, **changes) -> HopperTopKConfig:
