@@ -589,10 +589,14 @@ def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX
             pa, pb = _pairs(pos, V)
             # A position past the segment gets key 0, which no logit has (NaN counts as -inf, key 0x03FF): it
             # falls alone into bin 0, below the k-th largest of a row of more than k positions, and is never
-            # written. Its count in bin 0 changes no count at or above that bin.
-            w = px.fp16_keys(xa, xb)
-            w = gl.where(pa < seg_end, w, w & -65536)
-            w = gl.where(pb < seg_end, w, w & 65535)
+            # written. Its count in bin 0 changes no count at or above that bin. Chunks wholly past it are not
+            # packed at all (nor counted, nor scattered).
+            if seg_start + ci * CHUNK < seg_end:
+                w = px.fp16_keys(xa, xb)
+                w = gl.where(pa < seg_end, w, w & -65536)
+                w = gl.where(pb < seg_end, w, w & 65535)
+            else:
+                w = gl.zeros_like(pa)
             keys = keys + (w,)
         gl.thread_barrier()
         for ci in gl.static_range(NCH):
