@@ -259,7 +259,7 @@ def test_the_kernel_selects_the_reference_set(launch, kind):
 def test_the_kernel_on_16_bit_logits_and_odd_widths(dtype, width):
     logits = gpu_rows("normal", 4, width, seed=3, dtype=dtype)
     ctx = torch.tensor([[width, 9000], [4097, width - 5]], dtype=torch.int32, device="cuda")  # 2-D lengths
-    for config in (default_config(4, width, 2), HopperTopKConfig(warps=16, vectors=1, chunks=2, cluster=2)):
+    for config in (default_config(4, width, 2), HopperTopKConfig(warps=16, vectors=1, chunks=3, cluster=2)):
         got = indexer_topk(logits, ctx, 2048, config=config)
         assert as_sets(got) == as_sets(topk_reference(logits, ctx, 2048))
 
