@@ -357,13 +357,15 @@ def _zero(buf, first: gl.constexpr, words: gl.constexpr, W: gl.constexpr):
 
 
 @gluon.jit
-def _reset_ctrl(buf, CTRL: gl.constexpr, W: gl.constexpr):
-    """The control words: zero, but the candidates' key and position range at +10..13 (min, max, min, max)."""
+def _reset_ctrl(CTRL: gl.constexpr, W: gl.constexpr):
+    """The control words: zero, but the candidates' key and position range at +10..13 (min, max, min, max). By
+    inline PTX (every warp writes the same values), so that Triton's barrier pass, which sees the histogram's
+    zeroing as a write to the same buffer, puts no barrier between the two."""
     L: gl.constexpr = gl.BlockedLayout([1], [32], [W], [0])
     i = gl.arange(0, 32, layout=L)
     init = gl.where(i == 10, 2147483647, gl.where(i == 11, -2147483648, gl.where(i == 12, 2147483647,
                                                                                gl.where(i == 13, -1, 0))))
-    buf.slice(CTRL, 32).store(init)
+    px.store(CTRL + i, init, i >= 0)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -567,6 +569,8 @@ def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX
     n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     out_row = out_ptr + row.to(gl.int64) * k
     tid = px.thread_index()
+    _zero(buf, HIST, BINS, W)  # while the row's length is on its way
+    _reset_ctrl(CTRL, W)
     if n <= k:
         if rank == 0:
             L: gl.constexpr = gl.BlockedLayout([4], [32], [W], [0])
@@ -574,8 +578,6 @@ def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX
                 i = first + gl.arange(0, 128 * W, layout=L)
                 gl.store(out_row + i, gl.where(i < n, i, -1), mask=i < k)
     else:
-        _zero(buf, HIST, BINS, W)
-        _reset_ctrl(buf, CTRL, W)
         seg_end = gl.minimum(n, seg_start + SEG)
         # 1. Load the segment (every chunk in flight at once), pack its 16-bit keys, count them.
         keys = ()
