@@ -47,7 +47,7 @@ def as_sets(selection):
     ("candidates", 96, ValueError, "candidates must be a power of two in"),
     ("candidates", 512, ValueError, r"candidates must be a power of two in \[max\(128, 32 \* warps\)"),
     ("rank_limit", 0, ValueError, "rank_limit must be a positive int"),
-    ("rank_limit", 2000, ValueError, r"rank_limit must be in \[1, 960\] \(the list's capacity\)"),
+    ("rank_limit", 2000, ValueError, r"rank_limit must be in \[1, 960\] \(the list's capacity"),
     ("eager", 1, TypeError, "eager must be a bool"),
     ("registers", 16, ValueError, r"registers must be 0 \(the compiler's choice\) or in \[24, 255\]"),
     ("registers", 64.0, ValueError, "registers must be 0"),
@@ -58,6 +58,12 @@ def test_hopper_config_refuses_launches_the_kernel_cannot_run(field, value, erro
         base["warps"] = 32  # 512 < 32 * 32 threads
     with pytest.raises(error, match=match):
         HopperTopKConfig(**{**base, field: value})
+
+
+def test_the_ranking_leaves_the_list_8_slots_to_read_past_its_last_candidate():
+    HopperTopKConfig(warps=8, candidates=512, rank_limit=504)
+    with pytest.raises(ValueError, match=r"rank_limit must be in \[1, 504\]"):
+        HopperTopKConfig(warps=8, candidates=512, rank_limit=505)
 
 
 def test_the_list_shares_its_end_with_the_control_words_only_where_the_buffer_is_full():
@@ -100,7 +106,7 @@ def test_a_hopper_launch_is_refused_where_it_cannot_run():
     logits = torch.randn(2, 64, device=device.KERNEL_DEVICE)
     ctx = torch.tensor([64, 30], dtype=torch.int32, device=device.KERNEL_DEVICE)
     with pytest.raises(ValueError, match="config is a HopperTopKConfig, for the sm90 kernel"):
-        indexer_topk(logits, ctx, 8, config=HopperTopKConfig(warps=4, chunks=1, candidates=128))
+        indexer_topk(logits, ctx, 8, config=HopperTopKConfig(warps=4, chunks=1, candidates=128, rank_limit=64))
 
 
 def test_a_compiled_kernel_with_scratch_beside_its_buffer_is_refused():

@@ -93,9 +93,10 @@ class HopperTopKConfig:
             raise ValueError(f"registers must be 0 (the compiler's choice) or in [24, 255], got {self.registers!r}")
         if not isinstance(self.eager, bool):
             raise TypeError(f"eager must be a bool, got {type(self.eager).__name__} {self.eager!r}")
-        if not 1 <= positive_int(self.rank_limit, "rank_limit") <= self.capacity():
-            raise ValueError(f"rank_limit must be in [1, {self.capacity()}] (the list's capacity), got "
-                             f"{self.rank_limit}")
+        limit = min(self.capacity(), cap - 8)  # the ranking reads 8 slots a step, the last past the list's end
+        if not 1 <= positive_int(self.rank_limit, "rank_limit") <= limit:
+            raise ValueError(f"rank_limit must be in [1, {limit}] (the list's capacity, 8 slots short of its "
+                             f"end), got {self.rank_limit}")
 
     def segment(self, elem_bytes: int = 4) -> int:
         """Positions a CTA holds: chunks x vectors x threads x positions a 16-byte load."""
@@ -191,7 +192,7 @@ def _key32(x):
 @gluon.jit
 def _composite(key, pos):
     """One int64 a candidate whose order is the selection's: the fp32 key, then the lower position first."""
-    return (key.to(gl.int64) << 32) + (4294967295 - pos.to(gl.int64))
+    return (key.to(gl.int64) << 32) | (pos ^ -1).to(gl.uint32, bitcast=True).to(gl.int64)
 
 
 @constexpr_function
@@ -512,16 +513,27 @@ def _candidates(row_ptr, out_row, n, k, p, above, n_in, tid, LISTA: gl.constexpr
     else:
         # Each listed candidate's rank among the others: how many have a larger key, or the same key and a lower
         # position. The first `need` ranks win. Warps holding no candidate skip the loop.
+        # The slots after the last candidate, to the next multiple of 8, rank below every candidate (key INVALID).
+        tail = (i >= c) & (i < c + 8)
+        px.store(cur + i, gl.full(i.shape, INVALID_KEY, gl.int32, i.type.layout) + i * 0, tail)
+        gl.thread_barrier()
         rank = gl.zeros_like(i)
         EPT: gl.constexpr = CAP // (32 * W)
+        mine = _composite(key, pos)
         if (tid // 32) * (32 * EPT) < c:
-            for j in range(0, c, 4):
+            for j in range(0, c, 8):  # 8 candidates a step, as 64-bit composites
                 k0, k1, k2, k3 = px.load4(cur + j)
                 q0, q1, q2, q3 = px.load4(cur + CAP + j)
-                rank += ((k0 > key) | ((k0 == key) & (q0 < pos))).to(gl.int32)
-                rank += (((k1 > key) | ((k1 == key) & (q1 < pos))) & (j + 1 < c)).to(gl.int32)
-                rank += (((k2 > key) | ((k2 == key) & (q2 < pos))) & (j + 2 < c)).to(gl.int32)
-                rank += (((k3 > key) | ((k3 == key) & (q3 < pos))) & (j + 3 < c)).to(gl.int32)
+                k4, k5, k6, k7 = px.load4(cur + j + 4)
+                q4, q5, q6, q7 = px.load4(cur + CAP + j + 4)
+                rank += (_composite(k0, q0) > mine).to(gl.int32)
+                rank += (_composite(k1, q1) > mine).to(gl.int32)
+                rank += (_composite(k2, q2) > mine).to(gl.int32)
+                rank += (_composite(k3, q3) > mine).to(gl.int32)
+                rank += (_composite(k4, q4) > mine).to(gl.int32)
+                rank += (_composite(k5, q5) > mine).to(gl.int32)
+                rank += (_composite(k6, q6) > mine).to(gl.int32)
+                rank += (_composite(k7, q7) > mine).to(gl.int32)
         gl.store(out_row + out_base + rank, pos, mask=member & (rank < need))
 
 
