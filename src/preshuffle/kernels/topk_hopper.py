@@ -56,9 +56,9 @@ class HopperTopKConfig:
     (a chunk is ``vectors * 32 * warps`` loads); ``chunks`` a CTA; ``cluster``: CTAs a row (a thread-block cluster;
     16 is non-portable but runs on H100/H200); ``bits``: histogram bins ``2**bits`` over the 16-bit keys and over
     the candidates' keys; ``candidates``: entries of the candidate list (a power of two); ``rank_limit``: the most
-    candidates ranked against each other without a radix level first; ``eager``: load the segment as far as the
-    logits' width without waiting for the row's length (one dependent memory round trip fewer, more bytes read
-    where rows are shorter than the width); ``registers``: a cap on the registers a thread (0: the compiler's
+    candidates ranked against each other without a radix level first; ``eager``: load the segment's first chunks (up to
+    24 values a thread) as far as the logits' width without waiting for the row's length (one dependent memory
+    round trip fewer, more bytes read where rows are shorter than the width); ``registers``: a cap on the registers a thread (0: the compiler's
     choice), so that more CTAs fit a multiprocessor."""
 
     warps: int = 32
@@ -573,11 +573,13 @@ def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX
     rank = pid % C
     row_ptr = x_ptr + row.to(gl.int64) * x_stride
     seg_start = rank * SEG
+    # With EAGER the first chunks' loads (up to 24 values a thread: more would spill) go out before the row's
+    # length comes back; the rest follow once it has.
+    EARLY: gl.constexpr = min(NCH, max(1, 24 // (E4 * V))) if EAGER else 0
     xs = ()
-    if EAGER:  # the segment's loads go out before the row's length comes back
-        for ci in gl.static_range(NCH):
-            xs = xs + (_load_chunk(row_ptr, seg_start + ci * CHUNK, gl.minimum(width, seg_start + SEG), V, E4, W,
-                                   WHOLE),)
+    for ci in gl.static_range(EARLY):
+        xs = xs + (_load_chunk(row_ptr, seg_start + ci * CHUNK, gl.minimum(width, seg_start + SEG), V, E4, W,
+                               WHOLE),)
     n = _row_length(ctx_ptr, row, width, next_n, CTX_2D)
     out_row = out_ptr + row.to(gl.int64) * k
     tid = px.thread_index()
@@ -595,7 +597,7 @@ def _topk_hopper_kernel(x_ptr, x_stride, ctx_ptr, out_ptr, k, width, next_n, CTX
         keys = ()
         for ci in gl.static_range(NCH):
             pos = _chunk_positions(seg_start + ci * CHUNK, V, E4, W)
-            if EAGER:
+            if ci < EARLY:
                 x = xs[ci]
             else:
                 x = _load_chunk(row_ptr, seg_start + ci * CHUNK, seg_end, V, E4, W, WHOLE)
