@@ -46,7 +46,7 @@ for step; do
     page-read) $python benchmarks/page_read.py "$out/h200-page-read.json" 2>&1 | tail -30 ;;
     host-time) $python benchmarks/host_time.py "$out/h200-host-time.json" 2>&1 | tail -3 ;;
     topk) $python benchmarks/topk_gpu.py "$out/h200-topk.json" ${VLLM_TOPK:+--vllm-topk "$VLLM_TOPK"} 2>&1 \
-            | tail -12 ;;
+            | tail -14 ;;
     ncu) for shape in "256 2 65536" "256 1 8192"; do
            tag=${shape// /-}
            ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:_hopper_kernel --set full \

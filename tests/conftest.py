@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, settings
 
 from preshuffle import device, report
 from preshuffle.kernels.topk import TopKConfig, default_config
+from preshuffle.kernels.topk_hopper import HopperTopKConfig
 from preshuffle.shapes import Shape
 from preshuffle.testing.inputs import benchmark_problem
 
@@ -92,11 +93,21 @@ def small_split():
     return SMALL_SPLIT
 
 
-@pytest.fixture(params=["row", "split"])
+# The sm90 kernel on small rows: one CTA of 4 warps a row (512 positions), and clusters of 2 CTAs of 2 warps (256
+# positions each), with the smallest list and a ranking limit of 4, so that radix levels run on most rows.
+SMALL_HOPPER = HopperTopKConfig(warps=4, vectors=1, chunks=1, cluster=1, candidates=128, rank_limit=4)
+SMALL_CLUSTER = HopperTopKConfig(warps=2, vectors=1, chunks=1, cluster=2, candidates=128, rank_limit=4)
+
+
+@pytest.fixture(params=["row", "split", "hopper", "hopper-cluster"])
 def topk_launch(request):
-    """Either top-k path for logits ``width`` positions wide: the row path's default launch, or the split path on
-    small segments (for widths above 16)."""
-    return (lambda width: default_config(width)) if request.param == "row" else (lambda width: SMALL_SPLIT)
+    """Each top-k path for logits ``width`` positions wide (up to 512): the row path's default launch, the split
+    path on small segments (for widths above 16), and the sm90 kernel, one CTA or a cluster a row (on an sm90 GPU
+    only)."""
+    if request.param.startswith("hopper") and not device.current_support().hopper:
+        pytest.skip("the sm90 top-k kernel runs on an sm90 GPU only")
+    return {"row": lambda width: default_config(width), "split": lambda width: SMALL_SPLIT,
+            "hopper": lambda width: SMALL_HOPPER, "hopper-cluster": lambda width: SMALL_CLUSTER}[request.param]
 
 
 def topk_shape_record(batch, ctx, logits, ours, vllm, step=None, dg_step=None, valid=1.0):

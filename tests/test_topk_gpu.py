@@ -39,3 +39,25 @@ def test_the_table_prints_every_shape(topk_gpu, topk_record):
     text = topk_gpu.table(record).splitlines()
     assert len(text) == 3 and text[1].split()[:4] == ["1,", "1,", "131072", "11.0"]
     assert "row-16w" in text[2] and "40.0" in text[1]
+
+
+def test_every_launch_the_run_times_covers_its_logits(topk_gpu):
+    """Each shape's sm90 launches (the default first, then variants of one option each) and Triton launches cover
+    the logits the run builds, and the width the run compiles for ahead is the width of those logits."""
+    from preshuffle.kernels.topk import path_for
+    from preshuffle.kernels.topk_hopper import HopperTopKConfig, default_config as hopper_default
+    from preshuffle.testing.inputs import _contexts
+
+    for shape in topk_gpu.SHAPES:
+        width = topk_gpu.logits_width(shape)
+        longest = int(_contexts(shape, torch.Generator().manual_seed(0)).max())
+        assert width == -(-longest // 64) * 64
+        rows = shape.batch * shape.next_n
+        launches = topk_gpu.hopper_launches(rows, width)
+        assert next(iter(launches)) == "sm90" and launches["sm90"] == hopper_default(rows, width)
+        assert len(launches) >= 4 and len(set(launches.values())) == len(launches)
+        for config in launches.values():
+            assert isinstance(config, HopperTopKConfig) and config.reach() >= width
+            assert config.segment() // (32 * config.warps) <= topk_gpu.MAX_PER_THREAD
+        triton = topk_gpu.triton_launches(width)
+        assert all(name.startswith(path_for(width, c)) for name, c in triton.items())

@@ -12,6 +12,7 @@ def test_summary_compares_our_fastest_launch_with_vllms_best_kernel(topk_record)
     assert (first["ours_us"], first["ours_launch"], first["ours_default_us"]) == (10.0, "split-2k", 12.0)
     assert (first["vllm_best_us"], first["vllm_best"], first["decode_topk_us"]) == (26.0, "vllm cooperative_topk", 26.0)
     assert first["ours_over_vllm_best"] == pytest.approx(10 / 26)
+    assert first["ours_default_launch"] == "split-4k" and first["default_over_vllm_best"] == pytest.approx(12 / 26)
     assert first["step_speedup"] == pytest.approx(40 / 21) and first["topk_share"] == pytest.approx(10 / 21)
     assert first["torch_us"] is None and first["bf16_us"] == 7.0 and first["every_selection_checked"]
     assert second["vllm_best"] == "vllm persistent_topk" and second["step_us"] is None
@@ -34,7 +35,7 @@ def test_agreement_and_nearest(topk_record):
 
 def test_formats_print_every_shape_and_what_was_not_measured(topk_record):
     text = topk_report.format_summary(topk_report.summary(topk_record))
-    assert "B=1 next_n=1 ctx=131072" in text and "split-2k" in text and "1.90x" in text
+    assert "B=1 next_n=1 ctx=131072" in text and "split-2k" in text and "1.90x" in text and "0.46x" in text
     assert "B=64 next_n=1 ctx=8192" in text.splitlines()[-1] and " - " in text.splitlines()[-1]
     assert "0.9990" in topk_report.format_agreement(topk_report.agreement(topk_record))
 

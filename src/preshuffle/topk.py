@@ -17,6 +17,10 @@ read, so logits written with ``clean_logits=False`` (garbage there) give the sam
 
 Another implementation may break ties differently: :func:`is_top_k` accepts any set that takes every position above
 the k-th value and fills the rest with positions equal to it.
+
+**Kernels.** On an sm90 GPU (H100, H200) the selection runs the Gluon kernel of
+:mod:`preshuffle.kernels.topk_hopper` (a shared-memory histogram, thread-block clusters for few long rows); elsewhere,
+and under Triton's interpreter, the Triton kernels of :mod:`preshuffle.kernels.topk`. Both give the same set.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from . import device
 from .arguments import positive_int
 from .contract import kv_lengths
 from .kernels.topk import TopKConfig, default_config, launch_topk
+from .kernels.topk_hopper import MAX_K, HopperTopKConfig, launch_topk_hopper
+from .kernels.topk_hopper import default_config as hopper_default_config
 
 TOPK = 2048  # DeepSeek-V3.2's index_topk
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -81,8 +87,21 @@ def topk_reference(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TO
     return torch.nn.functional.pad(order, (0, k - order.shape[1]), value=-1)
 
 
+def topk_launch(rows: int, width: int, k: int, dtype: torch.dtype = torch.float32, *,
+                hopper: bool | None = None) -> TopKConfig | HopperTopKConfig:
+    """The launch :func:`indexer_topk` takes by default for ``rows`` rows of logits ``width`` wide: the sm90 kernel's
+    (:func:`preshuffle.kernels.topk_hopper.default_config`) where ``hopper`` (default: this process runs on an sm90
+    GPU) and k is at most its limit, else the Triton kernels'."""
+    if hopper is None:
+        hopper = device.current_support().hopper
+    if hopper and k <= MAX_K and rows > 0 and width > 0:
+        return hopper_default_config(rows, width, 2 if dtype in (torch.bfloat16, torch.float16) else 4)
+    return default_config(width)
+
+
 def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK, *, check_values: bool = True,
-                 config: TopKConfig | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                 config: TopKConfig | HopperTopKConfig | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
     """Each row's selection (module docstring) by the Triton kernels: int32 ``[rows, k]``.
 
     ``logits``: float32, bfloat16 or float16 ``[rows, positions]`` with unit column stride (any row stride, so a
@@ -90,8 +109,9 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
     batch * next_n``. ``context_lens``: int32, ``[batch]`` or ``[batch, next_n]``, as the logits kernel takes them.
     ``check_values`` reads the lengths on the host (a device sync) and refuses negative ones or ones past the
     logits' width; unchecked, a negative length sees nothing and a longer one the whole width. ``config`` sets the
-    launch (:class:`preshuffle.kernels.topk.TopKConfig`); ``out``, an int32 ``[rows, k]`` contiguous tensor,
-    receives the result."""
+    launch: :class:`preshuffle.kernels.topk.TopKConfig` (the Triton kernels, any device) or
+    :class:`preshuffle.kernels.topk_hopper.HopperTopKConfig` (the sm90 kernel, an sm90 GPU only); by default
+    :func:`topk_launch`'s. ``out``, an int32 ``[rows, k]`` contiguous tensor, receives the result."""
     k = positive_int(k, "k")
     if k >= 2 ** 31:
         raise ValueError(f"k must be below 2**31, got {k}")
@@ -104,9 +124,20 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
         raise ValueError(f"context_lens is on {context_lens.device}, logits on {logits.device}: pass both on one "
                          f"device")
     device.require_kernel_devices(logits=logits, context_lens=context_lens)
-    if config is not None and not isinstance(config, TopKConfig):
-        raise TypeError(f"config must be a TopKConfig, got {type(config).__name__}")
+    if config is not None and not isinstance(config, (TopKConfig, HopperTopKConfig)):
+        raise TypeError(f"config must be a TopKConfig or a HopperTopKConfig, got {type(config).__name__}")
     rows, width = logits.shape
+    if isinstance(config, HopperTopKConfig):
+        support = device.current_support()
+        if not support.hopper:
+            raise ValueError(f"config is a HopperTopKConfig, for the sm90 kernel, which {support.device} cannot run: "
+                             f"pass a TopKConfig")
+        if k > MAX_K:
+            raise ValueError(f"k must be at most {MAX_K} for the sm90 kernel (config is a HopperTopKConfig), got {k}")
+        elem = 2 if logits.dtype != torch.float32 else 4
+        if config.reach(elem) < width:
+            raise ValueError(f"config reaches {config.reach(elem)} positions a row (cluster x segment), fewer than "
+                             f"the logits' {width}")
     if out is None:
         out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
     elif not isinstance(out, torch.Tensor) or out.dtype != torch.int32:
@@ -121,8 +152,11 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
         longest = int(kv_lengths(lens, next_n).max())
         if longest > width:
             raise ValueError(f"context_lens lets a row see {longest} positions, more than the logits' {width}")
-    return launch_topk(logits, context_lens.contiguous().reshape(-1), out, k, next_n, ctx_2d,
-                       config or default_config(width))
+    config = config or topk_launch(rows, width, k, logits.dtype)
+    lengths = context_lens.contiguous().reshape(-1)
+    if isinstance(config, HopperTopKConfig):
+        return launch_topk_hopper(logits, lengths, out, k, next_n, ctx_2d, config)
+    return launch_topk(logits, lengths, out, k, next_n, ctx_2d, config)
 
 
 def _order_tiers(logits: torch.Tensor, lens: torch.Tensor):

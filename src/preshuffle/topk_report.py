@@ -30,14 +30,16 @@ BF16 = "ours on bf16 logits"
 
 
 def _ours(shape_record: dict) -> list[dict]:
-    """Our launches on the fp32 logits (each names the path it took)."""
+    """Our launches on the fp32 logits (each names the path it took: "sm90", the Gluon kernel; "row" or "split",
+    the Triton kernels)."""
     return [r for r in shape_record["rows"] if "path" in r]
 
 
 def summary(record: dict) -> list[dict]:
-    """One row per shape: the logits kernel, our fastest launch (and the default one, and the default one on bf16
-    logits), vLLM's dispatch and the best of its three kernels, torch.topk, and the whole step, ours beside DeepGEMM +
-    vLLM's dispatch (None where the run did not measure it)."""
+    """One row per shape: the logits kernel, our fastest launch (and the default one, what ``indexer_topk`` runs
+    there, and the default one on bf16 logits), vLLM's dispatch and the best of its three kernels, each of ours over
+    that best, torch.topk, and the whole step, ours beside DeepGEMM + vLLM's dispatch (None where the run did not
+    measure it)."""
     out = []
     for s in record["shapes"]:
         us = {r["impl"]: r.get("us") for r in s["rows"]}
@@ -50,11 +52,13 @@ def summary(record: dict) -> list[dict]:
                "ours_us": best and best["us"], "ours_launch": best and best["impl"],
                "ours_path": best and best.get("path"),
                "ours_default_us": us.get(s.get("default_config")) if s.get("default_config") else None,
+               "ours_default_launch": s.get("default_config"),
                "bf16_us": us.get(BF16), "decode_topk_us": us.get("vllm decode_topk"), "vllm_best_us": vllm_best[0],
                "vllm_best": vllm_best[1], "torch_us": us.get("torch.topk"),
                "step_us": steps.get(OUR_STEP), "deepgemm_step_us": steps.get(DEEPGEMM_STEP),
                "every_selection_checked": all(r.get("valid_rows") == 1.0 for r in s["rows"] if "us" in r)}
         row["ours_over_vllm_best"] = _ratio(row["ours_us"], row["vllm_best_us"])
+        row["default_over_vllm_best"] = _ratio(row["ours_default_us"], row["vllm_best_us"])
         row["step_speedup"] = _ratio(row["deepgemm_step_us"], row["step_us"])
         row["topk_share"] = _ratio(row["ours_us"], (row["logits_us"] or 0) + (row["ours_us"] or 0))
         out.append(row)
@@ -81,13 +85,15 @@ def nearest(record: dict, batch: int, context: int) -> dict:
 
 
 def format_summary(rows: list[dict]) -> str:
-    header = (f"{'shape':26s} {'logits':>7s} {'ours':>7s} {'launch':>16s} {'decode':>7s} {'vLLM best':>9s} "
-              f"{'ours/best':>9s} {'torch':>7s} {'step':>7s} {'DG+vLLM':>8s} {'speed-up':>8s}")
+    header = (f"{'shape':26s} {'logits':>7s} {'ours':>7s} {'launch':>17s} {'decode':>7s} {'vLLM best':>9s} "
+              f"{'ours/best':>9s} {'default':>7s} {'dflt/best':>9s} {'torch':>7s} {'step':>7s} {'DG+vLLM':>8s} "
+              f"{'speed-up':>8s}")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(" ".join([f"{r['shape'].label:26s}", _cell(r["logits_us"], 7), _cell(r["ours_us"], 7),
-                               f"{r['ours_launch'] or '-':>16s}", _cell(r["decode_topk_us"], 7),
+                               f"{r['ours_launch'] or '-':>17s}", _cell(r["decode_topk_us"], 7),
                                _cell(r["vllm_best_us"], 9), _cell(r["ours_over_vllm_best"], 9, ".2f", "x"),
+                               _cell(r["ours_default_us"], 7), _cell(r["default_over_vllm_best"], 9, ".2f", "x"),
                                _cell(r["torch_us"], 7), _cell(r["step_us"], 7), _cell(r["deepgemm_step_us"], 8),
                                _cell(r["step_speedup"], 8, ".2f", "x")]))
     return "\n".join(lines)

@@ -33,4 +33,4 @@ def instruction_counts(compiled) -> collections.Counter:
     """How many times each SASS opcode (without its modifiers) appears in the kernel."""
     sass = _cuobjdump(compiled, "-sass")
     return collections.Counter(m.group(1).split(".")[0] for m in
-                               re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
+                               re.finditer(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass))
