@@ -81,7 +81,8 @@ def committed_results() -> tuple:
     (``results/``)."""
     from . import topk_report, vllm_call_report
 
-    topk = {r["shape"]: (r["ours_us"], r["vllm_best_us"]) for r in topk_report.summary(topk_report.load())}
+    topk = {r["shape"]: (r["ours_default_us"], r["vllm_best_us"]) for r in topk_report.summary(topk_report.load())
+            if r["ours_default_us"] and r["vllm_best_us"]}
     return (vllm_call_report.load(vllm_call_report.RUNS["nv_dev"]), vllm_call_report.load(vllm_call_report.RUNS["main"]),
             topk)
 

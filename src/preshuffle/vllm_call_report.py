@@ -121,7 +121,7 @@ def results_table(nv_dev: dict, main: dict | None = None, topk: dict | None = No
              f"Time over time in one run (under 1.00x ours is faster), the median of {nv_dev['rounds']} rounds (spread "
              "in parentheses); every call checked against float64 first.", "",
              "| B, next_n, ctx | ours (us) | nv_dev (us) | ours/nv_dev | main (us) | ours/main | exact/fp8 "
-             "| 16-token preshuffled/64 | top-k ours/vLLM's fastest |",
+             "| 16-token preshuffled/64 | top-k (default launch)/vLLM's fastest |",
              "|---|---|---|---|---|---|---|---|---|"]
     flattened = False
     for r in summary(nv_dev):
