@@ -100,12 +100,6 @@ def fixed_run(max_model_len: int, splits: int, chunk: int = CHUNK) -> int:
     return triton.cdiv(chunks, min(splits, chunks)) * chunk
 
 
-def split_row(batch: int, max_model_len: int, programs_per_sm: int, chunk: int = CHUNK) -> int:
-    """:func:`fixed_run` at :func:`splits_for`'s split: the run of a fixed-run launch with about ``programs_per_sm``
-    programs per SM, never below one chunk per program."""
-    return fixed_run(max_model_len, splits_for(batch, programs_per_sm), chunk)
-
-
 def config_for(batch: int, *, programs_per_sm: int | None = None, chunk: int = CHUNK, num_warps: int = NUM_WARPS,
                num_stages: int = NUM_STAGES, **fields) -> LaunchConfig:
     """The portable kernel's launch: :func:`splits_for` at ``programs_per_sm`` (default: the measured rule)."""
