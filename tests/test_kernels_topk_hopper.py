@@ -82,15 +82,19 @@ def test_default_launch_covers_the_width_and_fills_the_gpu(rows, width, elem):
     assert config.reach(elem) >= width
     assert config.cluster <= topk_hopper.DEFAULT_CLUSTER
     per_thread = config.segment(elem) // (32 * config.warps)
+    rounding = config.vectors * 16 // elem  # a chunk's rounding
     if config.cluster < topk_hopper.DEFAULT_CLUSTER:
-        # No thread holds more than MAX_PER_THREAD positions, up to a chunk's rounding.
-        assert per_thread <= topk_hopper.MAX_PER_THREAD + config.vectors * 16 // elem
-    if rows * 2 <= topk_hopper.SMS and width >= 8192 * 2:
+        assert per_thread <= topk_hopper.MAX_PER_THREAD + rounding  # no thread holds more
+        resident = {32: 1, 16: 2, 8: 3}[config.warps]
+        if rows * config.cluster * 2 <= topk_hopper.SMS * resident:  # twice the CTAs would still fit at once
+            assert per_thread <= topk_hopper.SPREAD_PER_THREAD + rounding
+    if rows * 4 <= topk_hopper.SMS and width >= 8192 * 2:
         assert config.cluster > 1  # few long rows share the SMs
     if rows > topk_hopper.SMS:
         assert config.warps < 32  # several CTAs a multiprocessor, their registers capped to fit
         assert config.registers * 32 * config.warps * (2 if config.warps == 16 else 3) <= 65536
-    assert config.eager == (rows * config.cluster <= topk_hopper.SMS * (1 if config.warps == 32 else 2))
+    assert config.bits == (12 if config.warps == 32 else 11)
+    assert config.eager
 
 
 def test_the_dispatch_takes_the_sm90_kernel_on_hopper_only():

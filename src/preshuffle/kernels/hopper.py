@@ -244,12 +244,33 @@ def _keys(k_smem, a8: gl.constexpr, a16: gl.constexpr, SHUFFLED: gl.constexpr, E
 
 
 @gluon.jit
-def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
-                 J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr, CTX_2D: gl.constexpr):
-    """relu, weights, head sum, scale, masks: the logits [64, GJ] of query rows J0 .. J0+GJ-1, stored."""
+def _head_sum(acc, w, GJ: gl.constexpr, H: gl.constexpr):
+    """relu, weights and the head sum: the logits [64, GJ] of the accumulator's query rows, before the scale."""
     # The relu keeps NaN: a NaN in q or in a key is no score of 0.
-    logits = gl.sum(gl.reshape(gl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL) * w[None, :], [_CHUNK, GJ, H]),
-                    axis=2)
+    return gl.sum(gl.reshape(gl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL) * w[None, :], [_CHUNK, GJ, H]),
+                  axis=2)
+
+
+@gluon.jit
+def _visible(ctx_ptr, b, kv_len, zero, J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr,
+             CTX_2D: gl.constexpr):
+    """How many leading positions query rows J0 .. J0+GJ-1 may see, in the layout of :func:`_head_sum`'s columns:
+    read once before the chunks, where a load in the loop would wait on memory every chunk."""
+    lay: gl.constexpr = _head_sum(zero, gl.zeros([GJ * H], gl.float32, gl.SliceLayout(0, zero.type.layout)), GJ,
+                                  H).type.layout
+    js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
+    if CTX_2D:
+        return gl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)
+    else:
+        return kv_len - NEXT_N + js + 1
+
+
+@gluon.jit
+def _store_chunk(acc, w, scale, page_ok, first, visible, out_ptr, b, out_stride, end,
+                 J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr):
+    """relu, weights, head sum, scale, masks: the logits [64, GJ] of query rows J0 .. J0+GJ-1, stored
+    (``visible``: :func:`_visible`'s)."""
+    logits = _head_sum(acc, w, GJ, H)
     lay: gl.constexpr = logits.type.layout
     pos = first + gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, lay))
     js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
@@ -257,10 +278,6 @@ def _store_chunk(acc, w, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out
     # here, so that its logits are NaN rather than finite and wrong.
     scale = gl.where((scale > 0.0) & (scale < float("inf")), scale, float("nan"))
     logits = logits * gl.convert_layout(scale, gl.SliceLayout(1, lay))[:, None]
-    if CTX_2D:
-        visible = gl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)
-    else:
-        visible = kv_len - NEXT_N + js + 1
     if page_ok is not None:  # gathered pages; TMA's pages bring NaN scales for invalid block ids
         logits = gl.where(gl.convert_layout(page_ok, gl.SliceLayout(1, lay))[:, None], logits, float("nan"))
     logits = gl.where(pos[:, None] < visible[None, :], logits, float("-inf"))
@@ -323,6 +340,9 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
 
     tok = gl.arange(0, _CHUNK, layout=rows)
     zero = gl.zeros([_CHUNK, N], gl.float32, layout=mma)
+    visible_first = _visible(ctx_ptr, b, kv_len, zero, J0, GJ, NEXT_N, H, CTX_2D)  # each MMA's rows (two at most)
+    if NG > 1:
+        visible_second = _visible(ctx_ptr, b, kv_len, zero, J0 + GJ, GJ, NEXT_N, H, CTX_2D)
     bt_row = bt_ptr + b * bt_stride
     if GATHER:
         ids = _position_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE)
@@ -350,8 +370,12 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
                 wg = w
             else:
                 wg = w_smem.slice(g * N, N).load(cols)
-            _store_chunk(acc, wg, scale, page_ok, first, kv_len, ctx_ptr, out_ptr, b, out_stride, end,
-                         J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H, CTX_2D=CTX_2D)
+            if g == 0:
+                visible = visible_first
+            else:
+                visible = visible_second
+            _store_chunk(acc, wg, scale, page_ok, first, visible, out_ptr, b, out_stride, end,
+                         J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H)
 
     if CLEAN:  # positions past the context: -inf, without touching the cache
         fill_start, fill_end = _fill_share(kv_len, end)

@@ -129,35 +129,41 @@ def capacity(bins, lists):
 
 
 SMS = 132               # the H200's multiprocessors, which the default launch sizes itself for
-MAX_PER_THREAD = 48     # positions a thread holds at most in a default launch (two 16-bit keys a register)
+SPREAD_PER_THREAD = 48  # positions a thread past which a row takes more CTAs, while they still fit one wave
+MAX_PER_THREAD = 96     # positions a thread holds at most in a default launch (two 16-bit keys a register)
 DEFAULT_CLUSTER = 8     # the largest portable cluster; 16 (non-portable) is a launch option
 
 
 def default_config(rows: int, width: int, elem_bytes: int = 4) -> HopperTopKConfig:
     """The launch predicted fastest for ``rows`` rows of logits ``width`` wide (docs/topk.md): while rows leave
-    multiprocessors idle, a cluster of CTAs a row (up to 8), the largest that keeps rows x cluster within the SMs
-    and 4096 positions a CTA; 1024 threads a CTA up to a row an SM, fewer and smaller CTAs beyond (their registers
-    capped so that two CTAs of 512 threads or three of 256 fit a multiprocessor); then clusters
-    large enough that no thread holds more than 48 positions where 8 CTAs can; two 16-byte loads a thread a chunk
-    once a thread holds 16 positions or more; eager loads while the CTAs fit the GPU at once (latency, not bytes,
-    bounds those launches)."""
+    most multiprocessors idle, a cluster of CTAs a row (up to 8), the largest that keeps rows x cluster within half
+    the SMs and 8192 positions a CTA (a cluster's merge costs more than the SMs it adds beyond that); 1024 threads a
+    CTA up to a row an SM, fewer and smaller CTAs beyond (their registers capped so that two CTAs of 512 threads or
+    three of 256 fit a multiprocessor); then more CTAs a row where a thread would hold more than 96 positions, or
+    more than 48 while the added CTAs still fit the GPU at once; two 16-byte loads a thread a chunk once a thread
+    holds 16 positions or more; 2048 bins for the smaller CTAs (their histogram is zeroed and scanned by fewer
+    threads), 4096 for the 1024-thread ones; eager loads."""
     rows, width = positive_int(rows, "rows"), positive_int(width, "width")
     per_load = 16 // elem_bytes
     cluster = 1
-    while cluster < DEFAULT_CLUSTER and rows * cluster * 2 <= SMS and width >= 8192 * cluster:
+    while cluster < DEFAULT_CLUSTER and rows * cluster * 4 <= SMS and width >= 8192 * cluster:
         cluster *= 2
     warps = 32 if rows * cluster <= SMS else 16 if rows <= 2 * SMS else 8
     threads = 32 * warps
-    while cluster < DEFAULT_CLUSTER and -(-width // cluster) > MAX_PER_THREAD * threads:
+    resident = {32: 1, 16: 2, 8: 3}[warps]  # CTAs a multiprocessor
+    while cluster < DEFAULT_CLUSTER:
+        holds = -(-width // cluster) / threads
+        if not (holds > MAX_PER_THREAD or holds > SPREAD_PER_THREAD and rows * cluster * 2 <= SMS * resident):
+            break
         cluster *= 2
     per_thread = -(-(-(-width // cluster)) // threads)
     vectors = 2 if per_thread >= 4 * per_load else 1
     chunk = vectors * per_load * threads
     chunks = -(-(-(-width // cluster)) // chunk)
-    eager = rows * cluster <= SMS * (1 if warps == 32 else 2)
-    registers = {32: 0, 16: 64, 8: 80}[warps]  # 1, 2 and 3 CTAs a multiprocessor
-    return HopperTopKConfig(warps=warps, vectors=vectors, chunks=max(1, chunks), cluster=cluster, bits=12,
-                            candidates=max(1024, threads), rank_limit=128, eager=eager, registers=registers)
+    registers = {32: 0, 16: 64, 8: 80}[warps]
+    return HopperTopKConfig(warps=warps, vectors=vectors, chunks=max(1, chunks), cluster=cluster,
+                            bits=12 if warps == 32 else 11, candidates=max(1024, threads), rank_limit=128, eager=True,
+                            registers=registers)
 
 
 # --------------------------------------------------------------------------------------------------------------------
