@@ -9,8 +9,9 @@ own width and at vLLM's, on every measured shape (64-token natural pages: DeepGE
 call is timed once a round (CUDA-graph replays, L2 flushed between replays), ``--rounds`` rounds, so that each
 round gives a ratio of two times taken seconds apart. ``--configs`` adds launches of the package's own entry point
 at the rows' width, each a JSON object of :class:`preshuffle.kernels.HopperConfig` fields over the launch rule's
-(``splits`` among them), plus ``pps`` (programs an SM, for the split) and the shapes it is for (``batch``,
-``next_n``: lists; by default every shape), timed in the same rounds::
+(``splits`` among them), plus ``pps`` (programs an SM, for the split), the cache (``block_size``, ``layout``; by
+default DeepGEMM's) and the shapes it is for (``batch``, ``next_n``: lists; by default every shape), timed in the
+same rounds::
 
     python benchmarks/vllm_call_gpu.py OUT.json [--rounds 3] [--shapes 0 1 8] \\
         [--configs '{"row_warpgroups": true, "stages": 8}' ...]
@@ -42,7 +43,7 @@ from preshuffle.testing.numeric import CONTRACTS, check_repeatable, compare_logi
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_MAX_MODEL_LEN = 163840  # DeepSeek-V3.2's max_model_len, what vLLM passes as max_context_len
 REPEATS = 5                  # runs compared bit for bit before a call is timed
-SELECTORS = ("pps", "batch", "next_n")  # --configs keys that are no HopperConfig field
+SELECTORS = ("pps", "batch", "next_n", "block_size", "layout")  # --configs keys that are no HopperConfig field
 
 
 def error_text() -> str:
@@ -111,12 +112,19 @@ def calls(shape: Shape, dg, build, configs) -> tuple:
         if shape.batch not in fields.pop("batch", [shape.batch]) or shape.next_n not in fields.pop("next_n",
                                                                                                   [shape.next_n]):
             continue
+        block_size, layout = fields.pop("block_size", 64), fields.pop("layout", "normal")
+        own, own_reference = problem, reference
+        if (block_size, layout) != (64, "normal"):
+            own = benchmark_problem(shape, block_size, layout)
+            own_reference = (own.call(reference_and_magnitude), "fp8")
         # The rule's launch for the shape (at pps programs an SM, if given), with the fields asked for.
-        config = HopperConfig(**{**asdict(hopper_config(shape.batch, shape.next_n, programs_per_sm=pps)), **fields})
-        fn = (lambda c: lambda: problem.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, config=c,
-                                             clean_logits=False))(config)
-        out.append(("ours-config", problem.max_model_len, fn, {"config": asdict(config), "asked": fields,
-                                                               "pps": pps}, reference))
+        rule = hopper_config(shape.batch, shape.next_n, block_size=block_size, programs_per_sm=pps)
+        config = HopperConfig(**{**asdict(rule), **fields})
+        fn = (lambda p, c: lambda: p.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, config=c,
+                                          clean_logits=False))(own, config)
+        out.append(("ours-config", own.max_model_len, fn, {"config": asdict(config), "asked": fields, "pps": pps,
+                                                           "block_size": block_size, "layout": layout},
+                    own_reference))
     return problem, out
 
 
@@ -208,6 +216,11 @@ def main(argv=None) -> int:
         for key in ("batch", "next_n"):
             if key in fields and not (isinstance(fields[key], list) and all(isinstance(v, int) for v in fields[key])):
                 ap.error(f"--configs {text!r}: {key} must be a list of ints, got {fields[key]!r}")
+        if fields.get("layout", "normal") not in ("normal", "shuffle"):
+            ap.error(f"--configs {text!r}: layout must be 'normal' or 'shuffle', got {fields['layout']!r}")
+        if not isinstance(fields.get("block_size", 64), int) or isinstance(fields.get("block_size"), bool) \
+                or fields.get("block_size", 64) < 1:
+            ap.error(f"--configs {text!r}: block_size must be a positive int, got {fields['block_size']!r}")
         configs.append(fields)
     timing.refuse_interpreter()
     started = time.time()

@@ -31,6 +31,8 @@ def test_widened_keeps_the_rows_and_pads_the_tables_with_unread_entries(load_ben
     (["--configs", '{"stages": 1}'], "stages must be in [2, 12], got 1"),
     (["--configs", '{"warps": 8}'], "unexpected keyword argument 'warps'"),
     (["--configs", '{"next_n": 2}'], "next_n must be a list of ints, got 2"),
+    (["--configs", '{"layout": "mfma"}'], "layout must be 'normal' or 'shuffle', got 'mfma'"),
+    (["--configs", '{"block_size": 0}'], "block_size must be a positive int, got 0"),
 ])
 def test_main_refuses_bad_arguments_before_timing(load_benchmark, tmp_path, capsys, argv, message):
     script = load_benchmark("vllm_call_gpu")
@@ -64,7 +66,7 @@ def test_the_script_checks_both_widths_times_them_in_rounds_and_writes_json(load
                         lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=32))
     out = tmp_path / "v.json"
     assert script.main([str(out), "--rounds", "2", "--configs", '{"stages": 6, "next_n": [3]}',
-                        '{"splits": 3, "batch": [4]}']) == 0
+                        '{"splits": 3, "batch": [4]}', '{"block_size": 16, "layout": "shuffle", "next_n": [1]}']) == 0
     record = json.loads(out.read_text())
     assert record["rounds"] == 2 and record["deepgemm"]["commit"] == "54e2261"
     assert record["provenance"]["git_commit"] == benchmark.provenance()["git_commit"]
@@ -82,7 +84,9 @@ def test_the_script_checks_both_widths_times_them_in_rounds_and_writes_json(load
             assert row["meets_contract"] and row["us"] == [1000.0, 2000.0], row
     assert rows[(1, "ours-exact", True)]["precision"] == "exact"
     # A HopperConfig needs an sm90 GPU: on the CPU its launch is recorded as an error, and never timed.
-    assert (1, "ours-config", False) not in rows  # each extra launch for the shapes it names, if any
+    # Each extra launch for the shapes it names, if any, on the cache it names (by default DeepGEMM's).
+    assert [(r["shape"]["next_n"], r["block_size"], r["layout"]) for r in record["rows"] if r["who"] == "ours-config"] \
+        == [(1, 16, "shuffle"), (3, 64, "normal")]
     config = rows[(3, "ours-config", False)]
     assert "a HopperConfig needs an sm90 GPU" in config["error"] and "us" not in config
     assert str(script.ROOT) not in config["error"] and 'File "./benchmarks/vllm_call_gpu.py"' in config["error"]
