@@ -5,8 +5,6 @@ here, before a GPU runs anything.
 
     python benchmarks/compile_hopper.py
     python benchmarks/compile_hopper.py --next-n 3 --row-warpgroups --maxnreg 64
-    python benchmarks/compile_hopper.py --next-n 3 --row-warpgroups --maxnreg 64 --block-size 16 --layout shuffle \
-        --unshuffle-copy                            # preshuffled pages put back in natural order by the copy
     python benchmarks/compile_hopper.py --json      # every variant's resources, for tests
     python benchmarks/compile_hopper.py --outputs   # fp32/bf16 logits x with/without the -inf fill, every cache
                                                     # and next_n 1-4, under the launch rule's warpgroups
@@ -44,8 +42,8 @@ def output_variants() -> list[dict]:
 
 
 def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4, *, bf16=False,
-                    clean=True, unshuffle_copy=False) -> dict:
-    config = HopperConfig(1, stages, maxnreg, row_warpgroups=row_warpgroups, unshuffle_copy=unshuffle_copy)
+                    clean=True) -> dict:
+    config = HopperConfig(1, stages, maxnreg, row_warpgroups=row_warpgroups)
     compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config,
                                     clean=clean, bf16=bf16)
     ops = sass.instruction_counts(compiled)
@@ -78,9 +76,7 @@ def main(argv=None):
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--bf16", action="store_true", help="bf16 logits instead of fp32")
     ap.add_argument("--unclean", action="store_true", help="no -inf fill past the context (clean_logits=False)")
-    ap.add_argument("--unshuffle-copy", action="store_true",
-                    help="preshuffled pages put back in natural order by the TMA copy (HopperConfig.unshuffle_copy)")
-    ap.add_argument("--json", action="store_true", help="print every variant's resources (or --next-n's) as JSON")
+    ap.add_argument("--json", action="store_true", help="print every variant's resources as JSON")
     ap.add_argument("--outputs", action="store_true",
                     help="compile every combination of the output options (with --json: as JSON)")
     args = ap.parse_args(argv)
@@ -92,17 +88,14 @@ def main(argv=None):
                 print(line(results[-1]), flush=True)
         if args.json:
             print(json.dumps(results))
+    elif args.json:
+        print(json.dumps([compile_variant(*variant, stages=args.stages) for variant in VARIANTS]))
     elif args.next_n is None:
-        if args.json:
-            print(json.dumps([compile_variant(*variant, stages=args.stages) for variant in VARIANTS]))
-        else:
-            for variant in VARIANTS:
-                print(line(compile_variant(*variant, stages=args.stages)), flush=True)
+        for variant in VARIANTS:
+            print(line(compile_variant(*variant, stages=args.stages)), flush=True)
     else:
-        result = compile_variant(args.next_n, args.block_size, args.layout, args.exact, args.row_warpgroups,
-                                 args.maxnreg, args.stages, bf16=args.bf16, clean=not args.unclean,
-                                 unshuffle_copy=args.unshuffle_copy)
-        print(json.dumps(result) if args.json else line(result))
+        print(line(compile_variant(args.next_n, args.block_size, args.layout, args.exact, args.row_warpgroups,
+                                   args.maxnreg, args.stages, bf16=args.bf16, clean=not args.unclean)))
 
 
 if __name__ == "__main__":

@@ -50,43 +50,6 @@ def test_descriptors_cut_pages_into_copies_of_at_most_64_rows(block_size, layout
                                                                   [1, max(min(block_size, 64), 32)])
 
 
-@pytest.mark.parametrize("block_size", [16, 64, 128])
-def test_the_unshuffling_copy_walks_a_preshuffled_page_in_natural_order(block_size):
-    """The 5-D view of a preshuffled cache that the unshuffling copy reads: taken in its dimensions' row-major order
-    (the order a box lands in shared memory), a page's bytes are its natural [tokens, 128] values, box by box."""
-    from preshuffle.cache import allocate_k_cache, write_k_cache
-
-    generator = torch.Generator().manual_seed(block_size)
-    keys = torch.randn(3 * block_size, 128, generator=generator)
-    natural, shuffled = allocate_k_cache(3, block_size), allocate_k_cache(3, block_size)
-    for cache, layout in ((natural, "normal"), (shuffled, "shuffle")):
-        write_k_cache(cache, keys, torch.arange(3 * block_size), layout=layout)
-    values, _ = descriptors(shuffled, "shuffle", unshuffle=True)
-    page = block_size * 132
-    assert values.shape == [3, block_size // 16, 16, 8, 16] and values.strides == [page, 2048, 16, 256, 1]
-    assert values.block_shape == [1, min(block_size, 64) // 16, 16, 8, 16]
-    walked = torch.as_strided(shuffled.view(-1), values.shape, values.strides).reshape(3, block_size, 128)
-    expected = natural.view(3, page)[:, :block_size * 128].reshape(3, block_size, 128)
-    assert not torch.equal(shuffled.view(3, page), natural.view(3, page))  # the layouts differ in bytes
-    assert torch.equal(walked, expected)
-
-
-@pytest.mark.parametrize("next_n, row_warpgroups, maxnreg", [(3, True, 64), (1, False, 80)])
-def test_the_unshuffling_copy_reads_keys_in_place_without_spilling(next_n, row_warpgroups, maxnreg):
-    """Compiled for sm90a: preshuffled pages copied in natural order need no ldmatrix into registers (the raw copy's
-    keys take 12 at three rows) and no spill at 64 registers a thread."""
-    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "compile_hopper.py"
-    counts = {}
-    for unshuffle in (False, True):
-        args = ["--next-n", str(next_n), "--block-size", "16", "--layout", "shuffle", "--maxnreg", str(maxnreg),
-                "--unclean", "--json", *(["--row-warpgroups"] if row_warpgroups else []),
-                *(["--unshuffle-copy"] if unshuffle else [])]
-        done = subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, check=True)
-        r = json.loads(done.stdout)
-        counts[unshuffle] = (r["stack"], r["ldsm"])
-    assert counts[True] == (0, 0) and counts[False][1] > 0, counts
-
-
 @pytest.mark.parametrize("block_size", [1, 4, 8, 24, 48, 80, 96, 100, 112])
 def test_pages_tma_cannot_copy_are_read_through_pointers(block_size):
     """TMA needs 16-byte strides (B*132 bytes: B a multiple of 4), and a 64-position chunk must be whole copies of
@@ -181,8 +144,6 @@ def test_hopper_config_refuses_what_the_kernel_cannot_launch():
     with pytest.raises(ValueError,
                        match=r"loader_regs must be a multiple of 8 in \[24, 256\] \(setmaxnreg's range\), got 16"):
         HopperConfig(1, loader_regs=16)
-    with pytest.raises(TypeError, match="unshuffle_copy must be a bool, got int 1"):
-        HopperConfig(1, unshuffle_copy=1)
 
 
 @st.composite
@@ -215,25 +176,6 @@ def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, s
     problem.call(fp8_paged_mqa_logits, precision=precision, config=config, out=out)  # NaN poison: all written
     verdict = check_logits(out, problem)
     assert meets_contract(verdict, precision), verdict
-
-
-@on_hopper
-@pytest.mark.parametrize("block_size, next_n, row_warpgroups", [(16, 3, True), (64, 1, False), (128, 2, False)])
-@pytest.mark.parametrize("precision", ["exact", "fp8"])
-def test_preshuffled_pages_copied_in_natural_order_give_the_natural_pages_logits(block_size, next_n,
-                                                                                  row_warpgroups, precision):
-    """The unshuffling copy lands a preshuffled page as the natural page lands: the logits are bitwise those of the
-    same keys in natural pages, through the same launch."""
-    lens = [700, 1290, 5, 64]
-    natural, shuffled = (random_problem(lens, next_n=next_n, block_size=block_size, layout=layout, ctx_2d=True,
-                                        seed=11, device="cuda") for layout in ("normal", "shuffle"))
-    config = HopperConfig(3, row_warpgroups=row_warpgroups, unshuffle_copy=True)
-    out = shuffled.call(fp8_paged_mqa_logits, precision=precision, config=config)
-    assert meets_contract(check_logits(out, shuffled), precision)
-    assert_bitwise_equal(out, natural.call(fp8_paged_mqa_logits, precision=precision, config=config))
-    # Repeats go through the kept launch, with the same encoding.
-    assert_bitwise_equal(out, shuffled.call(fp8_paged_mqa_logits, precision=precision, config=config,
-                                            check_values=False))
 
 
 @on_hopper

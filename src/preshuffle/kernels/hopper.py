@@ -115,13 +115,8 @@ def _fetch(i, cursor, descs, buffers, ready, row, n_entries, start,
             ids = next_ids
             next_ids = _id_group(row, n_entries, group + 1, lanes)
         page = gl.sum(gl.where(lanes == entry % 32, ids, 0), axis=0)
-        if len(kv_desc.block_type.shape) == 5:  # a preshuffled page, put back in natural order by the copy
-            dst = kv_smem.index(s).slice(c * TOK, TOK)._reinterpret(gl.float8e4nv, [1, TOK // 16, 16, _D // 16, 16],
-                                                                     kv_desc.layout)
-            tma.async_copy_global_to_shared(kv_desc, [page, (pos % BLOCK_SIZE) // 16, 0, 0, 0], bar, dst)
-        else:
-            dst = kv_smem.index(s).slice(c * TOK, TOK)._reinterpret(gl.float8e4nv, [1, TOK, _D], kv_desc.layout)
-            tma.async_copy_global_to_shared(kv_desc, [page, pos % BLOCK_SIZE, 0], bar, dst)
+        dst = kv_smem.index(s).slice(c * TOK, TOK)._reinterpret(gl.float8e4nv, [1, TOK, _D], kv_desc.layout)
+        tma.async_copy_global_to_shared(kv_desc, [page, pos % BLOCK_SIZE, 0], bar, dst)
         tma.async_copy_global_to_shared(sc_desc, [page, BLOCK_SIZE * (_D // 4) + pos % BLOCK_SIZE], bar,
                                         sc_smem.index(s).slice(c, 1))
     return group, ids, next_ids
@@ -491,37 +486,24 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
             [MATH_REGS, MATH_REGS, MATH_REGS, LOADER_REGS])
 
 
-def sources(kv_cache: torch.Tensor, layout: str, unshuffle: bool = False) -> tuple:
+def sources(kv_cache: torch.Tensor, layout: str) -> tuple:
     """What the kernel reads the cache through: TMA descriptors (:func:`descriptors`), or for pages TMA cannot copy
     the cache itself as fp8 values and fp32 scales."""
     if gathers(kv_cache.shape[1]):
         return kv_cache.view(torch.float8_e4m3fn), kv_cache.view(torch.float32)
-    return descriptors(kv_cache, layout, unshuffle)
+    return descriptors(kv_cache, layout)
 
 
-def descriptors(kv_cache: torch.Tensor, layout: str,
-                unshuffle: bool = False) -> tuple[TensorDescriptor, TensorDescriptor]:
-    """TMA descriptors over a cache's values (``min(B, 64)`` rows of one page per copy) and its scales.
-    ``unshuffle``: a preshuffled cache's values through a 5-D view that copies them in natural order."""
+def descriptors(kv_cache: torch.Tensor, layout: str) -> tuple[TensorDescriptor, TensorDescriptor]:
+    """TMA descriptors over a cache's values (``min(B, 64)`` rows of one page per copy) and its scales."""
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
     tok = min(block_size, CHUNK)
     page_bytes = block_size * (HEAD_DIM + 4)
-    values = kv_cache.view(torch.float8_e4m3fn)
-    if layout == "shuffle" and unshuffle:
-        # Byte (t, d) of a page sits at (t//16)*2048 + (d//16)*256 + (t%16)*16 + d%16: as dimensions [page, t//16,
-        # t%16, d//16, d%16] with those strides, a box walks t, then d, the order of a natural [tok, 128] tile, and
-        # the copy's 128-byte swizzle (a function of the shared-memory address) lands it as WGMMA reads natural
-        # pages.
-        values = TensorDescriptor(values, [num_blocks, block_size // 16, 16, HEAD_DIM // 16, 16],
-                                  [page_bytes, 16 * HEAD_DIM, 16, 256, 1], [1, tok // 16, 16, HEAD_DIM // 16, 16],
-                                  gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=5))
-    else:
-        # A page's values as [block_size, 128] rows: a copy of tok rows is tok*128 contiguous bytes, which for a
-        # preshuffled page (t0 a multiple of 16) is whole 16-token tiles, copied raw.
-        kv_layout = gl.NVMMASharedLayout(swizzle_byte_width=0 if layout == "shuffle" else 128, element_bitwidth=8,
-                                         rank=3)
-        values = TensorDescriptor(values, [num_blocks, block_size, HEAD_DIM], [page_bytes, HEAD_DIM, 1],
-                                  [1, tok, HEAD_DIM], kv_layout)
+    # A page's values as [block_size, 128] rows: a copy of tok rows is tok*128 contiguous bytes, which for a
+    # preshuffled page (t0 a multiple of 16) is whole 16-token tiles, copied raw.
+    kv_layout = gl.NVMMASharedLayout(swizzle_byte_width=0 if layout == "shuffle" else 128, element_bitwidth=8, rank=3)
+    values = TensorDescriptor(kv_cache.view(torch.float8_e4m3fn), [num_blocks, block_size, HEAD_DIM],
+                              [page_bytes, HEAD_DIM, 1], [1, tok, HEAD_DIM], kv_layout)
     # Scales: tok words at column block_size*32 + t0 of the page's row of words, copied into 128-byte slots. A box
     # outside the cache (an invalid block id) reads NaN, which makes its logits NaN: the math needs no block ids.
     scales = TensorDescriptor(kv_cache.view(torch.float32), [num_blocks, page_bytes // 4], [page_bytes // 4, 1],
@@ -530,25 +512,17 @@ def descriptors(kv_cache: torch.Tensor, layout: str,
     return values, scales
 
 
-_SWIZZLE_128B = 3  # CUtensorMapSwizzle's 128-byte mode
-
-
 class HopperLaunch:
     """One compiled specialisation with the cache's TMA descriptors already encoded (or, for the gather, its
     address) and the dimension arguments fixed, launched through a preset launch (:mod:`.preset_launch`): what is
     left of a call's host work is passing five addresses."""
 
-    def __init__(self, compiled, srcs, grid, fixed, device: int, swizzled_values: bool = False):
+    def __init__(self, compiled, srcs, grid, fixed, device: int):
         from triton.backends.nvidia.driver import make_tensordesc_arg
 
         if compiled.run.global_scratch_size or compiled.run.profile_scratch_size:
             raise RuntimeError("the Hopper kernel needs no scratch memory")
-        metas = list(compiled.metadata.tensordesc_meta or [None] * len(srcs))
-        if swizzled_values:
-            # The unshuffling copy's box is 16 bytes wide, which no Triton layout swizzles; the copy engine's swizzle
-            # is a function of the shared-memory address, so the values' descriptor is encoded with the 128-byte
-            # swizzle that the math reads natural pages with.
-            metas[0] = {**metas[0], "swizzle": _SWIZZLE_128B}
+        metas = compiled.metadata.tensordesc_meta or [None] * len(srcs)
         # Encoded once by Triton; addresses as ints, so a launch keeps no cache alive.
         encoded = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
                         for src, meta in zip(srcs, metas)
@@ -569,8 +543,7 @@ def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx
     gather = gathers(block_size)
     constexprs = dict(NEXT_N=next_n, NP=triton.next_power_of_2(next_n), H=heads, BLOCK_SIZE=block_size,
                       TOK=CHUNK if gather else min(block_size, CHUNK), STAGES=config.stages,
-                      SHUFFLED=layout == "shuffle" and not config.unshuffle_copy, CTX_2D=ctx_2d, EXACT=exact,
-                      GATHER=gather, CLEAN=clean,
+                      SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d, EXACT=exact, GATHER=gather, CLEAN=clean,
                       MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg, LOADER_WARPS=4 if gather else 1,
                       LOADER_REGS=config.loader_regs or hopper_loader_regs(block_size))
     return constexprs, maxnreg
@@ -587,17 +560,10 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, num_blocks)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=context_lens.dim() == 2,
                                          exact=exact, config=config, clean=clean)
-    srcs = sources(kv_cache, layout, config.unshuffle_copy)
-    args = (q, *srcs, weights, context_lens, block_tables, out, *dims)
-    fixed = (*dims, *constexprs.values(), 4)
-    if layout == "shuffle" and config.unshuffle_copy and not gathers(block_size):
-        # Triton's own launch would encode the values' descriptor unswizzled: the first call goes through ours too.
-        compiled = _hopper_kernel.warmup(*args, **constexprs, grid=grid, num_warps=4, maxnreg=maxnreg)
-        launch = HopperLaunch(compiled, srcs, grid, fixed, q.get_device(), swizzled_values=True)
-        launch(q.data_ptr(), weights.data_ptr(), context_lens.data_ptr(), block_tables.data_ptr(), out.data_ptr())
-        return launch
-    compiled = _hopper_kernel[grid](*args, **constexprs, num_warps=4, maxnreg=maxnreg)
-    return HopperLaunch(compiled, srcs, grid, fixed, q.get_device())
+    srcs = sources(kv_cache, layout)
+    compiled = _hopper_kernel[grid](q, *srcs, weights, context_lens, block_tables, out, *dims, **constexprs,
+                                    num_warps=4, maxnreg=maxnreg)
+    return HopperLaunch(compiled, srcs, grid, (*dims, *constexprs.values(), 4), q.get_device())
 
 
 def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
@@ -614,8 +580,7 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
     if gathers(block_size):
         cache_args = {"kv_src": "*fp8e4nv", "sc_src": "*fp32"}
     else:
-        values, scales = descriptors(torch.empty(1, block_size, 1, HEAD_DIM + 4, dtype=torch.uint8), layout,
-                                     config.unshuffle_copy)
+        values, scales = descriptors(torch.empty(1, block_size, 1, HEAD_DIM + 4, dtype=torch.uint8), layout)
         cache_args = {"kv_src": f"tensordesc<fp8e4nv{values.block_shape},{values.layout!r}>",
                       "sc_src": f"tensordesc<fp32{scales.block_shape},{scales.layout!r}>"}
     signature = {"q_ptr": "*fp8e4nv", **cache_args,

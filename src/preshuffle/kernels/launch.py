@@ -121,16 +121,13 @@ class HopperConfig:
     context, cut on the device), a ring of ``stages`` shared-memory stages, and the register budget per thread
     (``maxnreg``: it sets how many programs share an SM, and ptxas must fit the math warpgroups in it; the loader
     gets ``loader_regs``, by default :func:`hopper_loader_regs`'s). ``row_warpgroups``: with next_n >= 2, a math
-    warpgroup for each query row, all reading the same stages, instead of one warpgroup for every row.
-    ``unshuffle_copy``: preshuffled pages are put back in natural order by the TMA copy itself (a 5-D box whose
-    dimensions walk the 16x16 tiles), so the math reads them in place as it does natural pages."""
+    warpgroup for each query row, all reading the same stages, instead of one warpgroup for every row."""
 
     splits: int
     stages: int = 4
     maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
     loader_regs: int | None = None
     row_warpgroups: bool = False
-    unshuffle_copy: bool = False
 
     def __post_init__(self):
         positive_int(self.splits, "splits")
@@ -140,10 +137,9 @@ class HopperConfig:
             value = getattr(self, name)
             if value is not None and (positive_int(value, name) % 8 or not 24 <= value <= 256):
                 raise ValueError(f"{name} must be a multiple of 8 in [24, 256] (setmaxnreg's range), got {value}")
-        for name in ("row_warpgroups", "unshuffle_copy"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+        if not isinstance(self.row_warpgroups, bool):
+            raise TypeError(f"row_warpgroups must be a bool, got {type(self.row_warpgroups).__name__} "
+                            f"{self.row_warpgroups!r}")
 
 
 def gathers(block_size: int) -> bool:
