@@ -257,7 +257,8 @@ def deepgemm_share_plot(rows: list[dict]):
 
 
 def hopper_ladder_plot(ladders: dict[str, list[dict]]):
-    """Chapter 5's ladder: each step's share of the copy ceiling, one panel per shape (rows of report.ladder)."""
+    """Chapter 5's ladder: each step's share of the copy ceiling, one panel per shape (rows of report.ladder), each
+    step labelled with the programs a sequence it ran, where known."""
     fig, axes = plt.subplots(1, len(ladders), figsize=WIDE, sharey=True)
     for ax, (label, steps) in zip(np.atleast_1d(axes), ladders.items()):
         y = np.arange(len(steps))[::-1]
@@ -265,7 +266,8 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
                                                            for s in steps])
         for yi, s in zip(y, steps):
             ax.text(s["pct_copy"] + 1, yi, f"{s['us']:.0f} us", va="center", fontsize=7)
-        ax.set_yticks(y, [s["step"] for s in steps], fontsize=7)
+        ax.set_yticks(y, [s["step"] + (f" [{s['programs']}/seq]" if s.get("programs") else "") for s in steps],
+                      fontsize=7)
         ax.set_xlim(0, 110)
         ax.set_xlabel("% of the copy ceiling")
         ax.set_title(label, fontsize=9)
