@@ -265,9 +265,9 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
         ax.barh(y, [s["pct_copy"] for s in steps], color=["tab:gray" if s["kernel"] != "hopper" else "tab:blue"
                                                            for s in steps])
         for yi, s in zip(y, steps):
-            ax.text(s["pct_copy"] + 1, yi, f"{s['us']:.0f} us", va="center", fontsize=7)
-        ax.set_yticks(y, [s["step"] + (f" [{s['programs']}/seq]" if s.get("programs") else "") for s in steps],
-                      fontsize=7)
+            split = f", {s['programs']}/seq" if s.get("programs") else ""
+            ax.text(s["pct_copy"] + 1, yi, f"{s['us']:.0f} us{split}", va="center", fontsize=7)
+        ax.set_yticks(y, [s["step"] for s in steps], fontsize=7)
         ax.set_xlim(0, 110)
         ax.set_xlabel("% of the copy ceiling")
         ax.set_title(label, fontsize=9)
