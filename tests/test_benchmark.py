@@ -161,3 +161,14 @@ def test_torch_baseline_fits_only_where_its_keys_and_scores_fit():
 def test_run_refuses_the_interpreter():
     with pytest.raises(RuntimeError, match="refusing to time Triton's interpreter"):
         benchmark.run(ANCHOR_SHAPES[:1])
+
+
+def test_chapter_5_ladder_runs_a_program_a_sequence_before_its_split_step():
+    problem = inputs.random_problem([70, 129], seed=2)
+    steps = benchmark.ladder(problem)
+    assert [(name, programs) for name, _, _, _, programs in steps] == [("chapter 3's kernel (exact)", 1),
+                                                                       ("fp8 MMA", 1)]
+    reference = problem.call(reference_and_magnitude)[0]
+    for _, _, precision, fn, _ in steps:
+        out = fn()
+        assert torch.equal(torch.isinf(out), torch.isinf(reference.to(out.device)))

@@ -58,3 +58,13 @@ def test_format_evidence_prints_every_answer(found):
     assert "handed to the next chunk: s_next" in lines[1] and lines[2].endswith(": none")
     assert lines[3] == "MMA operands: A from registers, B from shared memory"
     assert f"{found['scales a chunk ahead']['ops']['FMUL']} FMUL" in lines[4]
+
+
+def test_hopper_evidence_shows_ldmatrix_only_on_preshuffled_pages_and_the_ring_in_shared_memory():
+    found = steps_sm90.hopper_evidence()
+    four, two, shuffled = (found[label] for label in steps_sm90.HOPPER_LAUNCHES)
+    assert all(e["stack"] == 0 and e["QGMMA"] > 0 and e["UTMALDG"] > 0 and e["LDGSTS"] == 0 for e in found.values())
+    assert four["LDSM"] == two["LDSM"] == 0 and shuffled["LDSM"] > 0
+    # Two more stages, each 64 keys x 128 bytes, 64 fp32 scales and its two 8-byte mbarriers.
+    assert four["shared"] - two["shared"] == 2 * (64 * 128 + 64 * 4 + 2 * 8)
+    assert all(e["warps"] == 8 for e in found.values())  # a math warpgroup and the loader warp, padded to four

@@ -78,6 +78,7 @@ def test_performance_plots_draw_the_committed_results(record):
     fig = plots.hopper_ladder_plot(ladders)
     for ax, steps in zip(fig.axes, ladders.values()):
         assert [p.get_width() for p in ax.patches] == [s["pct_copy"] for s in steps]
+        assert [t.get_text().rsplit(", ", 1)[1] for t in ax.texts] == [f"{s['programs']}/seq" for s in steps]
     plt.close(fig)
 
 
@@ -293,3 +294,46 @@ def test_topk_changes_plot_says_so_where_a_precision_changes_nothing():
     assert [t.get_text() for t in exact.texts] == ["no position changed"] and exact.get_legend() is None
     assert [t.get_text() for t in fp8.get_legend().get_texts()] == ["dropped (above the 2048th): 1",
                                                                      "added (below it): 2"]
+
+
+def test_step_split_plot_floor_lies_below_every_bar(topk_record):
+    from preshuffle import topk_report
+
+    fig = plots.step_split_plot(topk_report.summary(topk_record))
+    ax = fig.axes[0]
+    tops = [p.get_y() + p.get_height() for p in ax.patches if not math.isnan(p.get_height())]
+    assert ax.get_ylim()[0] < min(tops) and ax.get_ylim()[0] == pytest.approx(11.0 / 2)
+    plt.close(fig)
+
+
+def test_topk_passes_plot_colours_the_threshold_bucket_and_its_neighbours():
+    from preshuffle import topk_radix
+
+    x = torch.randn(131072, generator=torch.Generator().manual_seed(1))
+    _, trace = topk_radix.select(x, 2048)
+    fig = plots.topk_passes_plot(x, 2048)
+    counts, search, settle = fig.axes
+    legend = [t.get_text() for t in counts.get_legend().get_texts()]
+    assert legend[:2] == [f"above: {trace.above} selected", f"bucket {trace.bin}: {trace.in_bin} candidates"]
+    orange = [p for p in counts.patches if p.get_facecolor() == to_rgba("tab:orange")]
+    assert len(orange) == 1 and orange[0].get_height() == trace.in_bin
+    green = sum(p.get_height() for p in counts.patches if p.get_facecolor() == to_rgba("tab:green"))
+    assert green == trace.above
+    assert counts.get_ylim()[0] < 1 and search.get_yscale() == "log"
+    assert "radix level (list)" in settle.get_title() and tuple(fig.get_size_inches()) == plots.WIDE
+    plt.close(fig)
+    with pytest.raises(ValueError, match="selects them all"):
+        plots.topk_passes_plot(torch.randn(10), 2048)
+
+
+def test_topk_variants_plot_is_linear_from_zero():
+    rows = [{"label": "default launch", "us": 11.6, "over_default": 1.0, "default": True},
+            {"label": "bits: 12 -> 11", "us": 23.2, "over_default": 2.0, "default": False}]
+    fig = plots.topk_variants_plot(rows, "t")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0
+    assert [p.get_width() for p in ax.patches] == [11.6, 23.2]
+    assert [t.get_text() for t in ax.texts] == [" 11.6 us (1.00x)", " 23.2 us (2.00x)"]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="at least the default"):
+        plots.topk_variants_plot([], "t")

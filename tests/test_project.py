@@ -170,3 +170,19 @@ def test_chapter_3_gives_each_step_its_code_and_its_measured_figure():
                             for o in c.get("outputs", []))]
     assert len(kernel_cells) >= 4
     assert "exercises.CHECKERS" in "".join("".join(c["source"]) for c in cells)
+
+
+def _kernel_code_cells(cells: list[dict], marker: str) -> list[dict]:
+    """Code cells that print code from the package (source or changes) whose output holds ``marker``."""
+    return [c for c in cells if c["cell_type"] == "code"
+            and any(p in "".join(c["source"]) for p in ("source(", "changes("))
+            and any(marker in "".join(o.get("text", "")) for o in c.get("outputs", []))]
+
+
+def test_chapters_5_and_6_print_their_kernels_code():
+    assert len(_kernel_code_cells(notebook_cells("05_hopper_kernel.ipynb"), "gl.")
+               + _kernel_code_cells(notebook_cells("05_hopper_kernel.ipynb"), "tl.dot")) >= 8
+    chapter_6 = notebook_cells("06_logits_to_tokens.ipynb")
+    assert len(_kernel_code_cells(chapter_6, "gl.")) >= 4
+    text = "".join("".join(c["source"]) for c in chapter_6)
+    assert all(name in text for name in ("topk_radix.pass_checks", "plots.topk_passes_plot", "topk_report.variants"))

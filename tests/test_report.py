@@ -583,3 +583,16 @@ def test_format_shuffle_costs_gives_a_span_per_page_size_and_next_n():
                                                               "16-token pages, next_n = 3: +39.0% (1 shape)"]
     with pytest.raises(ValueError, match="costs holds no shape timed on both"):
         report.format_shuffle_costs([])
+
+
+def test_chapter_5_ladder_names_the_split_of_every_step():
+    record = report.load()
+    small, large = (report.ladder(record, Shape(b, 1, 8192)) for b in (64, 4096))
+    # Recorded before the rows carried it: the split that run's launch code cut, on 132 SMs.
+    assert [s["programs"] for s in small] == [9, 9, 5, 1, 1, 5]
+    assert [s["programs"] for s in large] == [1] * 6
+    assert "programs/seq" in report.format_ladder(small)
+    recorded = {"provenance": {"sms": 132}, "rows": [
+        {"step": "fp8 MMA", "chapter": 5, "kernel": "portable", "precision": "fp8", "us": 10.0, "finite": 100,
+         "max_rel_error": 1e-4, "shape": {"batch": 64, "next_n": 1, "avg_ctx": 8192}, "programs_per_sequence": 1}]}
+    assert [s["programs"] for s in report.ladder(recorded, Shape(64, 1, 8192))] == [1]

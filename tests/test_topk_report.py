@@ -57,3 +57,34 @@ def test_load_checks_the_run_as_the_benchmarks_reader_does(tmp_path):
     negative.write_text('{"shapes": [{"rows": [{"us": -1.0}]}]}')
     with pytest.raises(ValueError, match=r"shapes\[0\]\.rows\[0\]\.us is -1.0"):
         topk_report.load(negative)
+
+
+def _sm90_shape(configs: dict, default: str = "sm90") -> dict:
+    rows = [{"impl": name, "config": config, "path": "sm90", "us": us, "valid_rows": 1.0}
+            for name, (config, us) in configs.items()]
+    rows.append({"impl": "vllm decode_topk", "us": 9.0, "valid_rows": 1.0})
+    return {"shape": {"batch": 64, "next_n": 1, "avg_ctx": 8192}, "rows": rows, "default_config": default}
+
+
+def test_variants_name_each_launch_by_its_one_change_from_the_default():
+    base = {"warps": 32, "chunks": 2, "cluster": 2, "bits": 12}
+    record = {"shapes": [_sm90_shape({"sm90-bits11": ({**base, "bits": 11}, 12.0), "sm90": (base, 10.0),
+                                      "sm90-cluster-x2": ({**base, "cluster": 4, "chunks": 1}, 15.0)})]}
+    rows = topk_report.variants(record, Shape(64, 1, 8192))
+    assert [(r["variant"], r["change"], r["default"]) for r in rows] == [
+        ("sm90", None, True), ("sm90-bits11", "bits: 12 -> 11", False),
+        ("sm90-cluster-x2", "cluster: 2 -> 4 (chunks 2 -> 1)", False)]
+    assert [r["over_default"] for r in rows] == [1.0, pytest.approx(1.2), pytest.approx(1.5)]
+    assert "bits: 12 -> 11" in topk_report.format_variants(rows)
+    with pytest.raises(ValueError, match="no shape"):
+        topk_report.variants(record, Shape(1, 1, 131072))
+    two = {"shapes": [_sm90_shape({"sm90": (base, 10.0), "sm90-x": ({**base, "bits": 11, "warps": 16}, 9.0)})]}
+    with pytest.raises(ValueError, match=r"sm90-x differs from the default launch in \['bits', 'warps'\]"):
+        topk_report.variants(two, Shape(64, 1, 8192))
+
+
+def test_variants_of_the_committed_run_are_each_one_change():
+    record = topk_report.load()
+    for s in record["shapes"]:
+        rows = topk_report.variants(record, Shape(**s["shape"]))
+        assert rows[0]["default"] and len(rows) >= 7 and all(r["us"] > 0 for r in rows)

@@ -7,7 +7,8 @@ and the copy ceiling of the same run from :mod:`preshuffle.testing.timing`, byte
 A row is one implementation on one problem: ``kernel`` (hopper, portable, tl-tma, deepgemm, deepgemm-flattened,
 torch), ``precision``, ``variant`` (cache block size and layout), ``shape``, ``timing`` (graph replay, eager call,
 or graph replay with a clean L2 flush), ``rule`` (the launch a caller gets), ``step`` (chapter 5's ladder), the
-verdict and the time; ladder rows carry ``chapter`` (3 or 5), the chapter whose step they measure.
+verdict and the time; ladder rows carry ``chapter`` (3 or 5), the chapter whose step they measure, and chapter 5's
+``programs_per_sequence``, the split the step ran with.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from dataclasses import asdict
 import torch
 
 from . import deepgemm
-from .kernels import HopperConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
-from .kernels.launch import config_for, fixed_run, hopper_config
+from .kernels import HopperConfig, LaunchConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
+from .kernels.launch import CHUNK, NUM_STAGES, NUM_WARPS, fixed_run, hopper_config
 from .kernels.steps import RUNGS, checked_launch, chunked_logits, per_block_grid_logits
 from .kernels.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
@@ -160,25 +161,26 @@ def loops_step(problem: PagedMQAProblem, copy_bytes_per_s: float) -> dict:
             "pct_copy": 100 * sub.bytes / seconds / copy_bytes_per_s}
 
 
-def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object]]:
-    """Chapter 5's steps from chapter 3's kernel to the Hopper kernel, one idea each: (step, kernel, precision,
-    call). The last step is the launch rule, what a caller gets; where the Hopper kernel does not run (another GPU),
-    only the portable steps."""
-    portable = config_for(problem.batch)
-    steps = [("chapter 3's kernel (exact)", "portable", "exact", kernel_fn(problem, "exact", portable)),
-             ("fp8 MMA", "portable", "fp8", kernel_fn(problem, "fp8", portable))]
+def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object, int]]:
+    """Chapter 5's steps from chapter 3's kernel to the Hopper kernel, one change each: (step, kernel, precision,
+    call, programs a sequence). Every step before the last runs a program a sequence, so that no step's time mixes
+    its idea with a split; the last adds the launch rule's split (and is what a caller gets). Where the Hopper kernel
+    does not run (another GPU), only the portable steps."""
+    whole = LaunchConfig(CHUNK, None, NUM_WARPS, NUM_STAGES, splits=1)  # config_for's, a program a sequence
+    steps = [("chapter 3's kernel (exact)", "portable", "exact", kernel_fn(problem, "exact", whole), 1),
+             ("fp8 MMA", "portable", "fp8", kernel_fn(problem, "fp8", whole), 1)]
     if kernel_for(problem.block_size, problem.heads, problem.head_dim, problem.next_n,
                   layout=problem.layout) != "hopper":
         return steps
     rule = hopper_config(problem.batch, problem.next_n)
-    run = fixed_run(problem.max_model_len, rule.splits)
+    row = fixed_run(problem.max_model_len, 1)
     return steps + [
-        ("TMA in plain Triton", "tl-tma", "fp8", lambda: problem.call(tl_tma_logits, tokens_per_program=run)),
+        ("TMA in plain Triton", "tl-tma", "fp8", lambda: problem.call(tl_tma_logits, tokens_per_program=row), 1),
         ("Gluon: loader warp, 2-stage ring, a program per sequence", "hopper", "fp8",
-         kernel_fn(problem, "fp8", HopperConfig(1, stages=2, maxnreg=rule.maxnreg))),
+         kernel_fn(problem, "fp8", HopperConfig(1, stages=2, maxnreg=rule.maxnreg)), 1),
         ("4-stage ring", "hopper", "fp8",
-         kernel_fn(problem, "fp8", HopperConfig(1, stages=rule.stages, maxnreg=rule.maxnreg))),
-        ("split across the SMs (launch rule)", "hopper", "fp8", kernel_fn(problem, "fp8")),
+         kernel_fn(problem, "fp8", HopperConfig(1, stages=rule.stages, maxnreg=rule.maxnreg)), 1),
+        ("split across the SMs (launch rule)", "hopper", "fp8", kernel_fn(problem, "fp8"), rule.splits),
     ]
 
 
@@ -307,8 +309,9 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                     add(shape, name, kernel=step_kernel, precision="exact", timing="graph" if graph else "eager",
                         step=step, chapter=3, **measure(fn, problem, reference, precision="exact",
                                                         copy_bytes_per_s=ceiling, graph=graph))
-                for step, step_kernel, precision, fn in ladder(problem):
+                for step, step_kernel, precision, fn, programs in ladder(problem):
                     add(shape, name, kernel=step_kernel, precision=precision, timing="graph", step=step, chapter=5,
+                        programs_per_sequence=programs,
                         **measure(fn, problem, reference, precision=precision, copy_bytes_per_s=ceiling))
         del problem, reference, rule_out
         torch.cuda.empty_cache()

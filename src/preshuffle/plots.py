@@ -257,14 +257,16 @@ def deepgemm_share_plot(rows: list[dict]):
 
 
 def hopper_ladder_plot(ladders: dict[str, list[dict]]):
-    """Chapter 5's ladder: each step's share of the copy ceiling, one panel per shape (rows of report.ladder)."""
+    """Chapter 5's ladder: each step's share of the copy ceiling, one panel per shape (rows of report.ladder), each
+    step labelled with the programs a sequence it ran, where known."""
     fig, axes = plt.subplots(1, len(ladders), figsize=WIDE, sharey=True)
     for ax, (label, steps) in zip(np.atleast_1d(axes), ladders.items()):
         y = np.arange(len(steps))[::-1]
         ax.barh(y, [s["pct_copy"] for s in steps], color=["tab:gray" if s["kernel"] != "hopper" else "tab:blue"
                                                            for s in steps])
         for yi, s in zip(y, steps):
-            ax.text(s["pct_copy"] + 1, yi, f"{s['us']:.0f} us", va="center", fontsize=7)
+            split = f", {s['programs']}/seq" if s.get("programs") else ""
+            ax.text(s["pct_copy"] + 1, yi, f"{s['us']:.0f} us{split}", va="center", fontsize=7)
         ax.set_yticks(y, [s["step"] for s in steps], fontsize=7)
         ax.set_xlim(0, 110)
         ax.set_xlabel("% of the copy ceiling")
@@ -621,8 +623,11 @@ def step_split_plot(rows: list[dict]):
            label="DeepGEMM + vLLM decode_topk (one graph)", color="tab:gray")
     ax.plot(x - 0.2, [r["step_us"] or np.nan for r in rows], "k_", markersize=18, label="ours in one graph")
     ax.set_yscale("log")
+    # A bar on a log axis starts at the axis' floor: put it below the shortest bar, which would otherwise vanish.
+    drawn = [v for r in rows for v in (r["logits_us"], r["deepgemm_step_us"]) if v]
+    ax.set_ylim(bottom=min(drawn) / 2)
     ax.set_xticks(x, labels, fontsize=7)
-    ax.set_ylabel("us (H200)")
+    ax.set_ylabel("us (H200, log scale)")
     ax.set_title("The indexer's step (B/next_n/ctx)")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -669,5 +674,86 @@ def decode_step_plot(terms: dict[str, float], title: str, measured: dict[str, fl
     ax.set_xlabel("ms")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def topk_passes_plot(x: torch.Tensor, k: int, bits: int = 12, capacity: int = 960, rank_limit: int = 128):
+    """The sm90 top-k's passes over one row ``x`` (as ``topk_radix.select`` models them): the histogram of its
+    ``2**bits`` buckets, the positions above the threshold bucket (selected), in it (candidates) and below it; the
+    coarse search for that bucket; and the candidates, settled by a radix level over their composite keys or ranked
+    against each other."""
+    from . import topk_radix
+
+    _, trace = topk_radix.select(x, k, bits=bits, capacity=capacity, rank_limit=rank_limit)
+    if trace.bin < 0:
+        raise ValueError(f"a row of {x.numel()} logits selects them all: give more than k = {k}")
+    bucket = topk_radix.fp16_keys(x) >> (16 - bits)
+    hist = torch.bincount(bucket, minlength=1 << bits).double()
+    p = trace.bin
+    fig, (counts, search, settle) = plt.subplots(1, 3, figsize=WIDE, gridspec_kw={"width_ratios": [1.4, 1, 1]})
+
+    used = torch.nonzero(hist).flatten()
+    lo, hi = int(used.min()), int(used.max())
+    idx = np.arange(lo, hi + 1)
+    colors = np.where(idx > p, "tab:green", np.where(idx == p, "tab:orange", "tab:gray"))
+    counts.bar(idx, hist[lo:hi + 1].numpy(), width=1.0, color=colors)
+    counts.set_yscale("log")
+    counts.set_ylim(0.5, hist.max().item() * 2)  # a bucket of one position still shows
+    counts.set_xlabel(f"bucket (top {bits} bits of the 16-bit key)")
+    counts.set_ylabel("positions")
+    counts.set_title(f"1. load and count: {x.numel()} positions", fontsize=9)
+    counts.legend(handles=[Patch(color="tab:green", label=f"above: {trace.above} selected"),
+                           Patch(color="tab:orange", label=f"bucket {p}: {trace.in_bin} candidates"),
+                           Patch(color="tab:gray", label="below: never written")], fontsize=7, loc="upper left")
+
+    per = (1 << bits) // 32
+    coarse = hist.reshape(32, per).sum(1)
+    at_or_above = coarse.flip(0).cumsum(0).flip(0).numpy()
+    big = p // per
+    search.bar(np.arange(32), at_or_above, color=["tab:orange" if c == big else "tab:blue" for c in range(32)])
+    search.axhline(k, color="red", linestyle="--", linewidth=0.8, label=f"k = {k}")
+    search.set_yscale("log")
+    search.set_ylim(0.5, at_or_above.max() * 2)
+    search.set_xlabel(f"coarse bin ({per} buckets each)")
+    search.set_ylabel("positions at or above")
+    search.set_title(f"2. threshold: coarse bin {big}, bucket {p}", fontsize=9)
+    search.legend(fontsize=7)
+
+    need = k - trace.above
+    members = bucket == p
+    comp = topk_radix.composite(topk_radix.fp32_keys(x[members]), torch.nonzero(members).flatten())
+    if trace.levels:
+        kind, s, p2, above2, in2 = trace.levels[0]
+        digit, level = np.unique(((comp - comp.min()) >> s).numpy(), return_counts=True)
+        settle.bar(digit, level, width=max(1.0, (digit.max() - digit.min()) / 60),
+                   color=["tab:green" if d > p2 else "tab:orange" if d == p2 else "tab:gray" for d in digit])
+        settle.set_xlabel(f"digit: composite key offset >> {s}")
+        settle.set_title(f"3-4. radix level ({kind}): {above2} win, {in2} left", fontsize=9)
+    else:
+        order = comp.sort(descending=True).values
+        settle.bar(np.arange(order.numel()), np.arange(order.numel()),
+                   color=["tab:green" if r < need else "tab:gray" for r in range(order.numel())])
+        settle.set_xlabel("candidate, by composite key")
+        settle.set_title(f"3-4. {trace.ranked} candidates ranked, {need} win", fontsize=9)
+    settle.set_ylabel("candidates" if trace.levels else "rank")
+    fig.tight_layout()
+    return fig
+
+
+def topk_variants_plot(variants: list[dict], title: str):
+    """The sm90 top-k's default launch and each variant one change away (rows of ``topk_report.variants``), their
+    times on a linear axis from zero, each labelled with its change and its time over the default's."""
+    if not variants:
+        raise ValueError("variants must hold at least the default launch")
+    fig, ax = plt.subplots(figsize=WIDE)
+    y = np.arange(len(variants))[::-1]
+    ax.barh(y, [v["us"] for v in variants], color=["tab:blue" if v["default"] else "tab:gray" for v in variants])
+    for yi, v in zip(y, variants):
+        ax.text(v["us"], yi, f" {v['us']:.1f} us ({v['over_default']:.2f}x)", va="center", fontsize=7)
+    ax.set_yticks(y, [v["label"] for v in variants], fontsize=7)
+    ax.set_xlim(0, max(v["us"] for v in variants) * 1.3)
+    ax.set_xlabel("us (linear scale from zero)")
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig

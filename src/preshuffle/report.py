@@ -152,8 +152,28 @@ def ladder(record: dict, shape: Shape, chapter: int = 5) -> list[dict]:
         if r.get("step") and "us" in r and Shape(**r["shape"]) == shape and r.get("chapter", 5) == chapter:
             steps.append({"step": r["step"], "kernel": r["kernel"], "precision": r["precision"], "us": r["us"],
                           "pct_copy": r.get("pct_copy"), "max_rel_error": r["max_rel_error"],
-                          "ns_per_logit": 1e3 * r["us"] / r["finite"], "positions": r.get("positions")})
+                          "ns_per_logit": 1e3 * r["us"] / r["finite"], "positions": r.get("positions"),
+                          "programs": r.get("programs_per_sequence")})
+    if chapter == 5 and "sms" in record.get("provenance", {}) and any(s["programs"] is None for s in steps):
+        for s, programs in zip(steps, _programs_before_record(record, shape, steps)):
+            s["programs"] = programs
     return steps
+
+
+def _programs_before_record(record: dict, shape: Shape, steps: list[dict]) -> list[int]:
+    """Programs a sequence of each of chapter 5's steps in a run recorded before its rows named them: what that
+    run's launch code cut (programs_per_sm * SMs / batch programs a row, rounded up): the portable kernel at 4
+    programs an SM below 128 sequences, else 16; the plain-Triton TMA step and the launch rule at the Hopper
+    kernel's 2 below 256 sequences, else 8; the two ring steps a program a sequence."""
+    sms = record["provenance"]["sms"]
+
+    def split(programs_per_sm):
+        return max(1, -(-programs_per_sm * sms // shape.batch))
+
+    portable = split(4 if shape.batch < 128 else 16)
+    hopper = split(2 if shape.batch < 256 else 8)
+    by_kernel = {"portable": portable, "tl-tma": hopper}
+    return [hopper if s["step"].endswith("(launch rule)") else by_kernel.get(s["kernel"], 1) for s in steps]
 
 
 def format_step(ladders: dict[Shape, list[dict]], step: str) -> str:
@@ -510,11 +530,13 @@ def builds_table(records: list[dict]) -> str:
 
 
 def format_ladder(steps: list[dict]) -> str:
-    lines = [f"{'step':52s} {'kernel':13s} {'us':>9s} {'ns/logit':>9s} {'%copy':>6s} {'error':>8s}"]
+    split = any(s.get("programs") for s in steps)
+    lines = [f"{'step':52s} {'kernel':13s} {'us':>9s} {'ns/logit':>9s} {'%copy':>6s} {'error':>8s}"
+             + (f" {'programs/seq':>12s}" if split else "")]
     for s in steps:
         us = f"{s['us']:8.1f}" + ("*" if s["positions"] else " ")
         lines.append(f"{s['step']:52s} {s['kernel']:13s} {us} {s['ns_per_logit']:9.3g} {_cell(s['pct_copy'], 6)} "
-                     f"{s['max_rel_error']:8.1e}")
+                     f"{s['max_rel_error']:8.1e}" + (f" {s.get('programs') or '-':>12}" if split else ""))
     sub = [s["positions"] for s in steps if s["positions"]]
     if sub:
         lines.append(f"* on the first {sub[0]} positions of one sequence")

@@ -118,3 +118,33 @@ def select(x: torch.Tensor, k: int, bits: int = 12, capacity: int = 960, rank_li
     cand = comp[listed]
     ranks = (cand[None, :] > cand[:, None]).sum(1)
     return out | set(pos[listed][ranks < need].tolist()), trace
+
+
+def pass_checks(x: torch.Tensor, k: int, bits: int = 12, capacity: int = 960, rank_limit: int = 128) -> dict:
+    """Each pass of the kernel, as :func:`select` models it, checked against the selection's float64 definition
+    (:func:`preshuffle.topk.topk_reference`) on one row ``x`` of more than ``k`` logits: the keys order as the
+    values do and every position is counted once (load and count); the threshold bin holds the k-th largest value,
+    with ``above`` positions over it (threshold); the positions over it are all selected and the bin's own are the
+    candidates (scatter); the candidates settle the same set (candidates). Returns each verdict and the trace."""
+    from .topk import topk_reference
+
+    n = x.numel()
+    if n <= k:
+        raise ValueError(f"a row of {n} logits selects them all: give more than k = {k}")
+    reference = topk_reference(x[None], torch.tensor([n], dtype=torch.int32), k)[0].long()
+    chosen = set(reference.tolist())
+    by_value = reference[:k]
+    keys = fp16_keys(x)
+    b = keys >> (16 - bits)
+    got, trace = select(x, k, bits=bits, capacity=capacity, rank_limit=rank_limit)
+    p = trace.bin
+    kth_bin = int(b[by_value[-1]])
+    return {
+        "load and count": bool((keys[by_value].diff() <= 0).all())
+        and int(torch.bincount(b, minlength=1 << bits).sum()) == n,
+        "threshold": p == kth_bin and trace.above == int((b > p).sum()) < k <= trace.above + trace.in_bin,
+        "scatter": set(torch.nonzero(b > p).flatten().tolist()) <= chosen
+        and trace.in_bin == int((b == p).sum()),
+        "candidates": got == chosen,
+        "trace": trace,
+    }

@@ -15,8 +15,8 @@ VLLM_KERNELS = ("vllm persistent_topk", "vllm cooperative_topk", "vllm top_k_per
 OUR_STEP = "ours (fastest launch)"
 DEEPGEMM_STEP = "deepgemm + vllm decode_topk"
 
-__all__ = ["RESULTS_FILE", "agreement", "format_agreement", "format_summary", "load", "nearest", "provenance_line",
-           "summary"]
+__all__ = ["RESULTS_FILE", "agreement", "format_agreement", "format_summary", "format_variants", "load", "nearest",
+           "provenance_line", "summary", "variants"]
 
 
 def load(path: str | Path = RESULTS_FILE) -> dict | None:
@@ -104,4 +104,39 @@ def format_agreement(rows: list[dict]) -> str:
     for r in rows:
         lines.append(f"{r['shape'].label:26s} {r['precision']:9s} {r['rows']:5d} {_cell(r['min'], 7, '.4f')} "
                      f"{_cell(r['mean'], 8, '.5f')} {_cell(r['changed_per_row'], 13, '.2f')}")
+    return "\n".join(lines)
+
+
+def variants(record: dict, shape: Shape) -> list[dict]:
+    """The sm90 kernel's default launch at ``shape`` and each launch of the same run that differs from it in one
+    field: its name, the change (``field: default -> value``, read from the configurations the run recorded), its
+    time and its time over the default's (both from this run). ValueError where the run has no such shape, or a
+    variant differs in more than one field."""
+    found = [s for s in record["shapes"] if Shape(**s["shape"]) == shape]
+    if not found:
+        raise ValueError(f"the run has no shape {shape.label}")
+    s = found[0]
+    sm90 = [r for r in s["rows"] if r.get("path") == "sm90" and r.get("us") is not None]
+    default = next(r for r in sm90 if r["impl"] == s["default_config"])
+    out = [{"variant": default["impl"], "label": "default launch", "change": None, "us": default["us"],
+            "over_default": 1.0, "default": True}]
+    for r in sm90:
+        if r is default:
+            continue
+        diff = {f: (default["config"][f], v) for f, v in r["config"].items() if default["config"].get(f) != v}
+        named = {f: d for f, d in diff.items() if f != "chunks"}  # chunks follow the width a launch must cover
+        if len(named) != 1:
+            raise ValueError(f"{r['impl']} differs from the default launch in {sorted(diff)}")
+        (field, (was, now)), = named.items()
+        change = f"{field}: {was} -> {now}" + (f" (chunks {diff['chunks'][0]} -> {diff['chunks'][1]})"
+                                               if "chunks" in diff else "")
+        out.append({"variant": r["impl"], "label": change, "change": change, "us": r["us"],
+                    "over_default": r["us"] / default["us"], "default": False})
+    return out
+
+
+def format_variants(rows: list[dict]) -> str:
+    lines = [f"{'variant':22s} {'change':44s} {'us':>7s} {'/ default':>9s}"]
+    for v in rows:
+        lines.append(f"{v['variant']:22s} {v['change'] or '-':44s} {v['us']:7.1f} {v['over_default']:8.2f}x")
     return "\n".join(lines)

@@ -155,5 +155,39 @@ def rung_evidence() -> dict[str, dict]:
     return json.loads(done.stdout)
 
 
+# The Hopper kernel's launches whose compiled code the chapters' claims rest on: (block size, layout, stages), fp8,
+# one query row, 80 registers (the launch rule's).
+HOPPER_LAUNCHES = {"natural 64-token pages, 4 stages": (64, "normal", 4),
+                   "natural 64-token pages, 2 stages": (64, "normal", 2),
+                   "preshuffled 16-token pages, 4 stages": (16, "shuffle", 4)}
+HOPPER_OPCODES = ("QGMMA", "UTMALDG", "LDSM", "LDGSTS")  # fp8 WGMMA, TMA copies, ldmatrix, cp.async
+
+
+def _hopper_here() -> dict[str, dict]:
+    from . import hopper, sass
+    from .launch import HopperConfig
+
+    found = {}
+    for label, (block_size, layout, stages) in HOPPER_LAUNCHES.items():
+        compiled = hopper.compile_sm90a(1, block_size=block_size, layout=layout,
+                                        config=HopperConfig(1, stages, 80))
+        ops = sass.instruction_counts(compiled)
+        found[label] = {**sass.resources(compiled), **{op: ops[op] for op in HOPPER_OPCODES}}
+    return found
+
+
+def hopper_evidence() -> dict[str, dict]:
+    """The Hopper kernel compiled for sm90a at each of :data:`HOPPER_LAUNCHES`: registers, spills, shared memory
+    and warps a program, and how many of :data:`HOPPER_OPCODES` its SASS holds. Compiled in a child process that
+    does not interpret kernels, as :func:`rung_evidence` is."""
+    if not device.INTERPRETED:
+        return _hopper_here()
+    done = subprocess.run([sys.executable, "-m", __name__, "hopper"], capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "0"})
+    if done.returncode:
+        raise RuntimeError(f"compiling the Hopper kernel for sm90a failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
 if __name__ == "__main__":
-    print(json.dumps(_evidence_here()))
+    print(json.dumps(_hopper_here() if sys.argv[1:] == ["hopper"] else _evidence_here()))
