@@ -244,7 +244,7 @@ def test_hopper_kernel_diagram_draws_the_pieces_of_the_kernel():
 
 
 def test_topk_plots_draw_the_runs_numbers(topk_record):
-    from preshuffle import topk_report, topk_steps
+    from preshuffle.topk import report as topk_report, steps as topk_steps
 
     rows = topk_report.summary(topk_record)
     fig = plots.step_split_plot(rows)

@@ -79,7 +79,8 @@ def _results(args) -> int:
 def committed_results() -> tuple:
     """The README's table's inputs: the runs at vLLM's call beside DeepGEMM nv_dev and main, and the top-k run
     (``results/``)."""
-    from . import topk_report, vllm_call_report
+    from . import vllm_call_report
+    from .topk import report as topk_report
 
     topk = {r["shape"]: (r["ours_default_us"], r["vllm_best_us"]) for r in topk_report.summary(topk_report.load())
             if r["ours_default_us"] and r["vllm_best_us"]}

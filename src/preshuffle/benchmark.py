@@ -24,8 +24,8 @@ import torch
 from . import deepgemm
 from .kernels import HopperConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import config_for, fixed_run, hopper_config
-from .kernels.steps import RUNGS, checked_launch, chunked_logits, per_block_grid_logits
-from .kernels.tl_tma import tl_tma_logits
+from .teaching.steps import RUNGS, checked_launch, chunked_logits, per_block_grid_logits
+from .teaching.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
 from .problem import PagedMQAProblem
 from .reference import (fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch,

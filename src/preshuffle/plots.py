@@ -591,7 +591,7 @@ def hopper_kernel_diagram(stages: int = 4):
 
 
 def bisection_plot(traces: dict[str, list[dict]], targets: dict[str, int]):
-    """Each bisection of the top-k's row path (``topk_steps.bisect`` traces): the count of keys at or above each
+    """Each bisection of the top-k's row path (``topk.steps.bisect`` traces): the count of keys at or above each
     midpoint, halving by halving, against the count it looks for."""
     fig, axes = plt.subplots(1, len(traces), figsize=WIDE)
     for ax, (label, trace) in zip(np.atleast_1d(axes), traces.items()):
@@ -608,7 +608,7 @@ def bisection_plot(traces: dict[str, list[dict]], targets: dict[str, int]):
 
 
 def step_split_plot(rows: list[dict]):
-    """The indexer's step per shape (rows of ``topk_report.summary``): our logits kernel and our top-k, timed apart,
+    """The indexer's step per shape (rows of ``topk.report.summary``): our logits kernel and our top-k, timed apart,
     beside the step in one graph, ours and DeepGEMM + vLLM's top-k."""
     labels = _shape_labels(rows)
     x = np.arange(len(rows))
@@ -630,7 +630,7 @@ def step_split_plot(rows: list[dict]):
 
 
 def topk_changes_plot(rows: list[dict]):
-    """Where the positions an fp8 path changes lie (rows of ``topk_report.agreement``): each dropped or added
+    """Where the positions an fp8 path changes lie (rows of ``topk.report.agreement``): each dropped or added
     position's float64 logit minus the reference's 2048th, over its sum of |terms|, per precision."""
     precisions = sorted({r["precision"] for r in rows})
     fig, axes = plt.subplots(1, len(precisions), figsize=WIDE, sharey=True)

@@ -10,7 +10,8 @@ import threading
 import ipywidgets as widgets
 from IPython.display import Image, display
 
-from . import benchmark, decode_model, device, plots, report, topk_report
+from . import benchmark, decode_model, device, plots, report
+from .topk import report as topk_report
 from .arguments import int_in_range
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate

@@ -572,7 +572,7 @@ def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, lay
                   ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None, clean: bool = True,
                   bf16: bool = False):
     """Compile the kernel for sm90a without a GPU (Triton's bundled ptxas): what a launch of these dimensions
-    would run, for reading its resources and SASS on any machine (:mod:`preshuffle.kernels.sass`). Returns Triton's
+    would run, for reading its resources and SASS on any machine (:mod:`preshuffle.measure.sass`). Returns Triton's
     compiled kernel. Call it where TRITON_INTERPRET is 0: under the interpreter, Triton's own jit helpers that
     Gluon calls are interpreted functions (``benchmarks/compile_hopper.py`` sets it)."""
     from triton.backends.compiler import GPUTarget

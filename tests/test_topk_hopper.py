@@ -1,5 +1,5 @@
-"""The sm90 top-k kernel (preshuffle.kernels.topk_hopper): its launch options, its default launch, its algorithm's
-step-by-step model (preshuffle.topk_radix) against the float64 reference on every path, the kernel compiled for
+"""The sm90 top-k kernel (preshuffle.topk.hopper): its launch options, its default launch, its algorithm's
+step-by-step model (preshuffle.topk.radix) against the float64 reference on every path, the kernel compiled for
 sm90a without a GPU, and on an sm90 GPU the kernel itself against the reference."""
 
 import json
@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from preshuffle import device
-from preshuffle.kernels import smem_ptx, topk_hopper
-from preshuffle.kernels.topk import TopKConfig
-from preshuffle.kernels.topk_hopper import MAX_K, HopperTopKConfig, default_config
-from preshuffle.topk import indexer_topk, is_top_k, topk_launch, topk_reference
-from preshuffle.topk_radix import fp16_keys, fp32_keys, select
+from preshuffle.topk import hopper as topk_hopper, smem_ptx
+from preshuffle.topk.portable import TopKConfig
+from preshuffle.topk.hopper import MAX_K, HopperTopKConfig, default_config
+from preshuffle.topk.selection import indexer_topk, is_top_k, topk_launch, topk_reference
+from preshuffle.topk.radix import fp16_keys, fp32_keys, select
 
 HOPPER = device.current_support().hopper
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="the sm90 top-k kernel runs on an sm90 GPU only")

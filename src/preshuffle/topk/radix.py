@@ -1,4 +1,4 @@
-"""The sm90 top-k kernel's selection (:mod:`preshuffle.kernels.topk_hopper`) step by step in PyTorch, on one row:
+"""The sm90 top-k kernel's selection (:mod:`preshuffle.topk.hopper`) step by step in PyTorch, on one row:
 the same 16-bit keys and bins, the coarse-then-fine threshold search, the scatter, the radix levels over the
 candidates' composite keys and the final ranking, with the kernel's list capacity and ranking limit, so that each
 path the kernel can take (the list, the radix levels, the slow path over the row) runs and is checked on the CPU.

@@ -1,5 +1,5 @@
 """The indexer's last step: each query row keeps the positions of its k largest logits (DeepSeek-V3.2 keeps 2048),
-the tokens its sparse attention reads. The Triton kernels are :mod:`preshuffle.kernels.topk`.
+the tokens its sparse attention reads. The Triton kernels are :mod:`preshuffle.topk.portable`.
 
 **The selection.** Row ``r`` sees the leading positions the logits kernel's rule gives it
 (:func:`preshuffle.contract.kv_lengths`: with 1-D ``context_lens`` row ``b*next_n + j`` sees
@@ -19,8 +19,8 @@ Another implementation may break ties differently: :func:`is_top_k` accepts any 
 the k-th value and fills the rest with positions equal to it.
 
 **Kernels.** On an sm90 GPU (H100, H200) the selection runs the Gluon kernel of
-:mod:`preshuffle.kernels.topk_hopper` (a shared-memory histogram, thread-block clusters for few long rows); elsewhere,
-and under Triton's interpreter, the Triton kernels of :mod:`preshuffle.kernels.topk`. Both give the same set.
+:mod:`preshuffle.topk.hopper` (a shared-memory histogram, thread-block clusters for few long rows); elsewhere,
+and under Triton's interpreter, the Triton kernels of :mod:`preshuffle.topk.portable`. Both give the same set.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ import math
 
 import torch
 
-from . import device
-from .arguments import positive_int
-from .contract import kv_lengths
-from .kernels.topk import TopKConfig, default_config, launch_topk
-from .kernels.topk_hopper import MAX_K, HopperTopKConfig, launch_topk_hopper
-from .kernels.topk_hopper import default_config as hopper_default_config
+from .. import device
+from ..arguments import positive_int
+from ..contract import kv_lengths
+from .portable import TopKConfig, default_config, launch_topk
+from .hopper import MAX_K, HopperTopKConfig, launch_topk_hopper
+from .hopper import default_config as hopper_default_config
 
 TOPK = 2048  # DeepSeek-V3.2's index_topk
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -90,7 +90,7 @@ def topk_reference(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TO
 def topk_launch(rows: int, width: int, k: int, dtype: torch.dtype = torch.float32, *,
                 hopper: bool | None = None) -> TopKConfig | HopperTopKConfig:
     """The launch :func:`indexer_topk` takes by default for ``rows`` rows of logits ``width`` wide: the sm90 kernel's
-    (:func:`preshuffle.kernels.topk_hopper.default_config`) where ``hopper`` (default: this process runs on an sm90
+    (:func:`preshuffle.topk.hopper.default_config`) where ``hopper`` (default: this process runs on an sm90
     GPU) and k is at most its limit, else the Triton kernels'."""
     if hopper is None:
         hopper = device.current_support().hopper
@@ -109,8 +109,8 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
     batch * next_n``. ``context_lens``: int32, ``[batch]`` or ``[batch, next_n]``, as the logits kernel takes them.
     ``check_values`` reads the lengths on the host (a device sync) and refuses negative ones or ones past the
     logits' width; unchecked, a negative length sees nothing and a longer one the whole width. ``config`` sets the
-    launch: :class:`preshuffle.kernels.topk.TopKConfig` (the Triton kernels, any device) or
-    :class:`preshuffle.kernels.topk_hopper.HopperTopKConfig` (the sm90 kernel, an sm90 GPU only); by default
+    launch: :class:`preshuffle.topk.portable.TopKConfig` (the Triton kernels, any device) or
+    :class:`preshuffle.topk.hopper.HopperTopKConfig` (the sm90 kernel, an sm90 GPU only); by default
     :func:`topk_launch`'s. ``out``, an int32 ``[rows, k]`` contiguous tensor, receives the result."""
     k = positive_int(k, "k")
     if k >= 2 ** 31:

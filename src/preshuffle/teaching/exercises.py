@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from . import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
-from .arguments import non_negative_int
-from .cache import allocate_k_cache, write_k_cache
-from .testing.inputs import random_problem
-from .testing.numeric import compare_logits
+from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
+from ..arguments import non_negative_int
+from ..cache import allocate_k_cache, write_k_cache
+from ..testing.inputs import random_problem
+from ..testing.numeric import compare_logits
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402

@@ -1,7 +1,7 @@
 """Top-k selection over the indexer's logits for Hopper (sm90), in Gluon: one pass over each row builds a histogram
 of its 16-bit keys in shared memory with atomics, a second over the same registers writes the winners, and a few
-hundred candidates at most settle the rest. The selection is the one :mod:`preshuffle.topk` defines, exactly (the
-same set as :mod:`preshuffle.kernels.topk`'s Triton kernels).
+hundred candidates at most settle the rest. The selection is the one :mod:`preshuffle.topk.selection` defines, exactly (the
+same set as :mod:`preshuffle.topk.portable`'s Triton kernels).
 
 A program (CTA) owns a segment of ``chunks * chunk`` positions of one row; ``cluster`` CTAs (a thread-block cluster)
 share a row whose logits are wider than one segment, and exchange histograms and candidates through distributed
@@ -9,7 +9,7 @@ shared memory. Per row:
 
 1. **Load and count.** Each CTA loads its segment once (16-byte loads, every chunk in flight before the first is
    used), packs each pair of logits into their 16-bit order keys (the value rounded to fp16: NaN as -inf, -0.0 as
-   +0.0; :func:`~preshuffle.kernels.smem_ptx.fp16_keys`) kept in registers, and adds every key's top ``bits`` bits to
+   +0.0; :func:`~preshuffle.topk.smem_ptx.fp16_keys`) kept in registers, and adds every key's top ``bits`` bits to
    a shared histogram, one ``red.shared.add`` a position.
 2. **Threshold.** The CTA's threads sum the histogram into 32 coarse bins; one warp scans the coarse bins (summed
    over the cluster's CTAs) for the coarse bin of the k-th largest key, then that bin's fine bins for the fine bin
@@ -719,7 +719,7 @@ def _aligned(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor) -> 
 
 def launch_topk_hopper(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, k: int, next_n: int,
                        ctx_2d: bool, config: HopperTopKConfig) -> torch.Tensor:
-    """Run the sm90 kernel on checked inputs (as :func:`preshuffle.kernels.topk.launch_topk` takes them): ``logits``
+    """Run the sm90 kernel on checked inputs (as :func:`preshuffle.topk.portable.launch_topk` takes them): ``logits``
     [rows, width] with unit column stride, ``lengths`` int32, ``out`` int32 [rows, k] contiguous. Each launch
     (options, logits type, lengths' rank, whole vectors, alignment, device) compiles once; a cluster launch is
     Triton's launcher making clusters of ``cluster`` CTAs of a kernel compiled for one."""

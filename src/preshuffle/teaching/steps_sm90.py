@@ -4,7 +4,7 @@ next_n = 1, 4 warps, 5 stages), and read back from its TTGIR (Triton's GPU-level
 
 The chapter claims things about the compiler (which loads Triton pipelines, where the keys live when they meet the
 MMA); :func:`evidence` is what the compiled code says about them. Compiling needs a process that does not interpret
-kernels, so :func:`rung_evidence` runs this module in a child process (``python -m preshuffle.kernels.steps_sm90``
+kernels, so :func:`rung_evidence` runs this module in a child process (``python -m preshuffle.teaching.steps_sm90``
 prints the same as JSON).
 """
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from .. import device
-from .launch import CHUNK, NUM_STAGES, NUM_WARPS
+from ..kernels.launch import CHUNK, NUM_STAGES, NUM_WARPS
 
 HEADS, HEAD_DIM, BLOCK_SIZE = 64, 128, 64
 # The opcodes :func:`evidence` counts: the Hopper MMA; warp shuffles, shared-memory stores and barriers (data moved
@@ -26,7 +26,7 @@ OPCODES = ("HGMMA", "SHFL", "STS", "BAR", "FMUL")
 
 
 def compile_rung(*, keys_as_a: bool = False, scale_after_sum: bool = False, scales_ahead: bool = False):
-    """One rung of :data:`preshuffle.kernels.steps.RUNGS` compiled for sm90a; Triton's compiled kernel. Call it where
+    """One rung of :data:`preshuffle.teaching.steps.RUNGS` compiled for sm90a; Triton's compiled kernel. Call it where
     TRITON_INTERPRET is 0 (under the interpreter a kernel is no longer Triton's JIT function)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -134,7 +134,8 @@ def format_evidence(found: dict) -> str:
 
 
 def _evidence_here() -> dict[str, dict]:
-    from . import sass, steps
+    from ..measure import sass
+    from . import steps
 
     found = {}
     for step, switches in steps.RUNGS.items():
@@ -144,7 +145,7 @@ def _evidence_here() -> dict[str, dict]:
 
 
 def rung_evidence() -> dict[str, dict]:
-    """:func:`evidence` of every rung of :data:`preshuffle.kernels.steps.RUNGS`, ``{step: evidence}``, compiled in a
+    """:func:`evidence` of every rung of :data:`preshuffle.teaching.steps.RUNGS`, ``{step: evidence}``, compiled in a
     child process that does not interpret kernels (a few seconds a rung when Triton's cache is cold)."""
     if not device.INTERPRETED:
         return _evidence_here()

@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 from preshuffle import device
 from preshuffle.cache import sequence_slots
 from preshuffle.contract import kv_lengths
-from preshuffle.kernels.topk import default_config
-from preshuffle.topk import agreement, indexer_topk, is_top_k, row_lengths, selected_slots, topk_reference
+from preshuffle.topk.portable import default_config
+from preshuffle.topk.selection import agreement, indexer_topk, is_top_k, row_lengths, selected_slots, topk_reference
 
 DEV = device.KERNEL_DEVICE
 NAN, INF = math.nan, math.inf

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .launch import CHUNK
+from ..kernels.launch import CHUNK
 
 
 @triton.jit

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from . import report
-from .report import RESULTS, _cell, provenance_line
-from .shapes import Shape
+from .. import report
+from ..report import RESULTS, _cell, provenance_line
+from ..shapes import Shape
 
 RESULTS_FILE = RESULTS / "h200-topk.json"
 VLLM_KERNELS = ("vllm persistent_topk", "vllm cooperative_topk", "vllm top_k_per_row_decode")

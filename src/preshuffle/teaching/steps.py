@@ -23,9 +23,9 @@ import torch
 from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
 from .. import source
 from ..contract import check_inputs
-from . import fp8_paged_mqa_logits
-from .launch import LaunchConfig, default_config, fixed_run
-from .portable import check_tiles
+from ..kernels import fp8_paged_mqa_logits
+from ..kernels.launch import LaunchConfig, default_config, fixed_run
+from ..kernels.portable import check_tiles
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
