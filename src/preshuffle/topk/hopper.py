@@ -38,9 +38,9 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.runtime.jit import constexpr_function
 
 from ..arguments import positive_int
+from ..internals import constexpr_function, gluon_source, load_compiled, run_compiled
 from . import smem_ptx
 from . import smem_ptx as px
 
@@ -685,14 +685,12 @@ def sm90a_source(config: HopperTopKConfig, ctx_2d: bool = False, dtype: str = "f
                  aligned: bool = True):
     """What a launch compiles: Gluon's source of the kernel (signature, constexprs and, where ``aligned``, the
     tensors 16-byte aligned and the row stride a multiple of 16, which lets its loads take 16 bytes)."""
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     elem_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
     consts = constexprs(config, ctx_2d, elem_bytes, width)
     signature = {"x_ptr": f"*{dtype}", "x_stride": "i32", "ctx_ptr": "*i32", "out_ptr": "*i32", "k": "i32",
                  "width": "i32", "next_n": "i32", **dict.fromkeys(consts, "constexpr")}
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3)} if aligned else {}
-    return GluonASTSource(_topk_hopper_kernel, signature, consts, attrs)
+    return gluon_source(_topk_hopper_kernel, signature, consts, attrs)
 
 
 def compile_sm90a(config: HopperTopKConfig | None = None, ctx_2d: bool = False, dtype: str = "fp32",
@@ -735,13 +733,12 @@ def launch_topk_hopper(logits: torch.Tensor, lengths: torch.Tensor, out: torch.T
     if compiled is None:
         with torch.cuda.device(logits.device):
             compiled = compile_sm90a(config, ctx_2d, dtype, width, aligned)
-            compiled._init_handles()
+            load_compiled(compiled)
         _COMPILED[key] = compiled
     consts = constexprs(config, ctx_2d, elem_bytes, width)
     stream = torch.cuda.current_stream(logits.device).cuda_stream
-    metadata = (compiled.metadata.num_warps, config.cluster, compiled.metadata.shared)
-    compiled.run(rows, 1, 1, stream, compiled.function, metadata, None, None, None, logits, logits.stride(0),
-                 lengths, out, k, width, next_n, *consts.values())
+    run_compiled(compiled, (rows, 1, 1), config.cluster, stream, logits, logits.stride(0), lengths, out, k, width,
+                 next_n, *consts.values())
     return out
 
 
