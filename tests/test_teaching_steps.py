@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from preshuffle import contract, device
-from preshuffle.kernels import LaunchConfig, steps
+from preshuffle.kernels import LaunchConfig
+from preshuffle.teaching import steps
 from preshuffle.teaching.steps import chunked_logits, one_block_logits, per_block_grid_logits, portable_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref, logits_magnitude
 from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ben.add_argument("--against", nargs="+", choices=["deepgemm"],
                      help="also time DeepGEMM on the same inputs in the same run (when deep_gemm imports)")
-    ben.add_argument("--no-steps", action="store_true", help="skip chapter 5's ladder of kernel steps")
+    ben.add_argument("--no-steps", action="store_true", help="skip the ladder of kernel steps to the Hopper kernel")
     ben.add_argument("--no-torch", action="store_true", help="skip the vectorised PyTorch baseline")
     ben.add_argument("--out", help="write the results (with provenance) to this JSON file as they come")
     ben.set_defaults(run=_bench)

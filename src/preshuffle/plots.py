@@ -257,7 +257,8 @@ def deepgemm_share_plot(rows: list[dict]):
 
 
 def hopper_ladder_plot(ladders: dict[str, list[dict]]):
-    """Chapter 5's ladder: each step's share of the copy ceiling, one panel per shape (rows of report.ladder)."""
+    """The ladder from the portable kernel to the Hopper kernel: each step's share of the copy ceiling, one panel per
+    shape (rows of report.ladder)."""
     fig, axes = plt.subplots(1, len(ladders), figsize=WIDE, sharey=True)
     for ax, (label, steps) in zip(np.atleast_1d(axes), ladders.items()):
         y = np.arange(len(steps))[::-1]
@@ -273,12 +274,12 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
     return fig
 
 
-# The kernels of chapter 3's rungs that run in Python or PyTorch; the others are Triton kernels.
+# The kernels of the Triton ladder's rungs that run in Python or PyTorch; the others are Triton kernels.
 PYTHON_KERNELS = ("loops", "torch-float64", "torch")
 
 
 def ladder_plot(ladders: dict[str, list[dict]], title: str):
-    """Chapter 3's ladder in two panels (rows of report.ladder, ``{shape label: steps}``). Left, every step of the
+    """The Triton ladder in two panels (rows of report.ladder, ``{shape label: steps}``). Left, every step of the
     longest ladder, its time per visible logit on a log scale: the scalar loops to a Triton kernel span six orders of
     magnitude. Right, the Triton steps of every ladder, their share of the copy ceiling on a linear scale, a bar per
     shape with its time, where steps a few percent apart stay apart."""
@@ -519,7 +520,7 @@ def workload_plot(nearest, asked, bars: list[dict]):
 
 
 def hopper_kernel_diagram(stages: int = 4):
-    """Chapter 5's kernel as one picture: pages in HBM, the two TMA descriptors, the loader warp, the ring of
+    """The Hopper kernel as one picture: pages in HBM, the two TMA descriptors, the loader warp, the ring of
     shared-memory stages with their ready/empty mbarriers, the math warpgroup's WGMMA and epilogue, the logits."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
@@ -587,7 +588,7 @@ def hopper_kernel_diagram(stages: int = 4):
     return fig
 
 
-# Chapter 6: from logits to tokens.
+# From logits to tokens: the top-k.
 
 
 def bisection_plot(traces: dict[str, list[dict]], targets: dict[str, int]):

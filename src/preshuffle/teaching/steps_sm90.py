@@ -1,8 +1,9 @@
-"""What Triton makes of chapter 3's chunked rungs for an H100/H200 (sm90a), read on any machine: each rung compiled
-with Triton's bundled ptxas, no GPU, at the launch the benchmark timed (64 heads, 64-token natural pages,
-next_n = 1, 4 warps, 5 stages), and read back from its TTGIR (Triton's GPU-level IR) and its SASS.
+"""What Triton makes of the chunked rungs (:data:`preshuffle.teaching.steps.RUNGS`) for an H100/H200 (sm90a), read on
+any machine: each rung compiled with Triton's bundled ptxas, no GPU, at the launch the benchmark timed (64 heads,
+64-token natural pages, next_n = 1, 4 warps, 5 stages), and read back from its TTGIR (Triton's GPU-level IR) and its
+SASS.
 
-The chapter claims things about the compiler (which loads Triton pipelines, where the keys live when they meet the
+The workbook claims things about the compiler (which loads Triton pipelines, where the keys live when they meet the
 MMA); :func:`evidence` is what the compiled code says about them. Compiling needs a process that does not interpret
 kernels, so :func:`rung_evidence` runs this module in a child process (``python -m preshuffle.teaching.steps_sm90``
 prints the same as JSON).
@@ -117,7 +118,7 @@ def evidence(ttgir: str, sass_counts: dict | None = None, resources: dict | None
 
 
 def format_evidence(found: dict) -> str:
-    """One rung's :func:`evidence` as the chapter prints it, a line per question."""
+    """One rung's :func:`evidence` as a line per question."""
     def names(values):
         return ", ".join(values) if values else "none"
 
@@ -152,7 +153,7 @@ def rung_evidence() -> dict[str, dict]:
     done = subprocess.run([sys.executable, "-m", __name__], capture_output=True, text=True,
                           env={**os.environ, "TRITON_INTERPRET": "0"})
     if done.returncode:
-        raise RuntimeError(f"compiling chapter 3's rungs for sm90a failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"compiling the chunked rungs for sm90a failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout)
 
 

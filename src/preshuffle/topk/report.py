@@ -1,5 +1,5 @@
-"""Reading a run of ``benchmarks/topk_gpu.py`` (``results/h200-topk.json``): the comparisons chapter 6 makes.
-Torch-free: it needs the file, not the GPU."""
+"""Reading a run of ``benchmarks/topk_gpu.py`` (``results/h200-topk.json``): ours against vLLM's top-k and the
+reference, shape by shape. Torch-free: it needs the file, not the GPU."""
 
 from __future__ import annotations
 
