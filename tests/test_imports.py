@@ -109,6 +109,7 @@ LAYERS = [
     ("model", {"preshuffle.layout", "preshuffle.negotiation", "preshuffle.cache", "preshuffle.contract",
                "preshuffle.problem", "preshuffle.reference", "preshuffle.access", "preshuffle.decode_model"}),
     ("product", {"preshuffle.kernels", "preshuffle.kernels.", "preshuffle.topk", "preshuffle.topk.selection",
+                 "preshuffle.topk.backends",
                  "preshuffle.topk.portable", "preshuffle.topk.hopper", "preshuffle.topk.smem_ptx",
                  "preshuffle.deepgemm_compat"}),
     ("checks and measuring tools", {"preshuffle.testing", "preshuffle.testing.", "preshuffle.measure",

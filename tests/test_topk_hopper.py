@@ -94,10 +94,11 @@ def test_default_launch_covers_the_width_and_fills_the_gpu(rows, width, elem):
 
 
 def test_the_dispatch_takes_the_sm90_kernel_on_hopper_only():
-    assert isinstance(topk_launch(64, 10624, 2048, hopper=True), HopperTopKConfig)
-    assert isinstance(topk_launch(64, 10624, 2048, torch.bfloat16, hopper=True), HopperTopKConfig)
-    assert isinstance(topk_launch(64, 10624, 2048, hopper=False), TopKConfig)
-    assert isinstance(topk_launch(64, 10624, MAX_K + 1, hopper=True), TopKConfig)  # k past its counters
+    sm90, cpu = device.kernel_support((9, 0)), device.kernel_support(None)
+    assert isinstance(topk_launch(64, 10624, 2048, support=sm90), HopperTopKConfig)
+    assert isinstance(topk_launch(64, 10624, 2048, torch.bfloat16, support=sm90), HopperTopKConfig)
+    assert isinstance(topk_launch(64, 10624, 2048, support=cpu), TopKConfig)
+    assert isinstance(topk_launch(64, 10624, MAX_K + 1, support=sm90), TopKConfig)  # k past its counters
     assert isinstance(topk_launch(64, 10624, 2048), HopperTopKConfig if HOPPER else TopKConfig)
 
 

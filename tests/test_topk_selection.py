@@ -206,7 +206,7 @@ def bad(**overrides):
     (dict(k=2 ** 31), ValueError, "k must be below 2"),
     (dict(out=torch.zeros(4, 8)), TypeError, "out must be an int32 tensor"),
     (dict(out=torch.zeros(4, 9, dtype=torch.int32)), ValueError, r"out must be a contiguous int32 tensor of shape"),
-    (dict(config="row"), TypeError, "config must be a TopKConfig"),
+    (dict(config="row"), TypeError, "config must be a HopperTopKConfig or a TopKConfig, got str"),
 ])
 def test_indexer_topk_refuses_bad_arguments(overrides, error, match):
     args = bad(**overrides)
