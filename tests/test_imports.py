@@ -106,8 +106,9 @@ def test_report_imports_no_harness():
 LAYERS = [
     ("base", {"preshuffle.precision", "preshuffle.arguments", "preshuffle.shapes", "preshuffle.internals",
               "preshuffle.device"}),
-    ("model", {"preshuffle.layout", "preshuffle.negotiation", "preshuffle.cache", "preshuffle.contract",
-               "preshuffle.problem", "preshuffle.reference", "preshuffle.access", "preshuffle.decode_model"}),
+    ("model", {"preshuffle.layout", "preshuffle.paging", "preshuffle.negotiation", "preshuffle.cache",
+               "preshuffle.contract", "preshuffle.problem", "preshuffle.reference", "preshuffle.access",
+               "preshuffle.decode_model"}),
     ("product", {"preshuffle.kernels", "preshuffle.kernels.", "preshuffle.topk", "preshuffle.topk.selection",
                  "preshuffle.topk.backends",
                  "preshuffle.topk.portable", "preshuffle.topk.hopper", "preshuffle.topk.smem_ptx",
@@ -153,6 +154,11 @@ def test_upward_imports_finds_an_arrow_up():
     assert upward_imports(graph, layers) == ["preshuffle.a (low) imports preshuffle.b.c (high)"]
     with pytest.raises(KeyError, match="preshuffle.d is in 0 rooms"):
         layer_of("preshuffle.d", layers)
+
+
+def test_the_cache_reads_block_tables_without_the_negotiation_model():
+    reached, _ = reached_from("preshuffle.cache")
+    assert "preshuffle.paging" in reached and "preshuffle.negotiation" not in reached
 
 
 def test_the_product_imports_no_test_harness_or_teaching_code():
