@@ -17,7 +17,8 @@ import os
 # Compiled, never interpreted: under TRITON_INTERPRET=1 Triton's own jit helpers, which Gluon calls, are interpreted.
 os.environ["TRITON_INTERPRET"] = "0"
 
-from preshuffle.kernels import HopperConfig, hopper, sass  # noqa: E402
+from preshuffle.kernels import HopperConfig, hopper  # noqa: E402
+from preshuffle.measure import sass  # noqa: E402
 from preshuffle.kernels.launch import REGISTERS_PER_SM  # noqa: E402
 
 VARIANTS = [  # (next_n, block_size, layout, exact, row_warpgroups): the anchor shapes' paths

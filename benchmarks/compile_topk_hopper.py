@@ -1,4 +1,4 @@
-"""Compile the sm90 top-k kernel (``preshuffle.kernels.topk_hopper``, Gluon) for sm90a on a machine without a GPU
+"""Compile the sm90 top-k kernel (``preshuffle.topk.hopper``, Gluon) for sm90a on a machine without a GPU
 (Triton's bundled ptxas) and print what each launch costs: registers, stack (spills), shared memory, warps, and the
 SASS instructions that carry its design: shared-memory histogram increments (``ATOMS.POPC.INC``), the warps' slot
 atomics (``ATOMS.ADD``), barriers, and for clusters the cluster barrier (``UCGABAR``) and remote atomics.
@@ -14,7 +14,8 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "0"  # compiled, never interpreted
 
-from preshuffle.kernels import sass, topk_hopper  # noqa: E402
+from preshuffle.measure import sass  # noqa: E402
+from preshuffle.topk import hopper as topk_hopper  # noqa: E402
 
 # (rows, width) of the benchmark's shapes: B*next_n rows, logits 1.3x the average context wide (64-position pages).
 SHAPES = ((1, 109888), (8, 83968), (32, 83968), (64, 10624), (128, 10624), (64, 83968), (128, 41984), (256, 10624),

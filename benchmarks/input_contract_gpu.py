@@ -42,7 +42,7 @@ from preshuffle.testing.inputs import benchmark_problem
 
 BASE = "46cc270"  # the kernels before the contract
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["tests/test_kernels.py", "tests/test_kernels_steps.py", "tests/test_reference.py"]
+TESTS = ["tests/test_kernels.py", "tests/test_teaching_steps.py", "tests/test_reference.py"]
 SELECT = ("nan_wherever or bad_scale or out_over_an_input or word_grid or no_scale_past or kept_launch_takes_no_out "
           "or one_block_logits_gives_nan or checked_steps_refuse or checked_references_refuse or torch_gives_nan")
 # (kernel, shape, block size, layout, precision): the anchors' paths, TMA and the gather, both precisions.

@@ -1,5 +1,5 @@
 """What the memory system charges for each cache layout, beside what the kernel pays: on each shape and cache, the
-page-read floor (``preshuffle.kernels.page_read``: every value and scale word a call reads, through its block
+page-read floor (``preshuffle.measure.page_read``: every value and scale word a call reads, through its block
 table, and nothing else; the fastest of four launches) and the Hopper kernel's fp8 call (launch rule, checked
 against the float64 reference first), timed the same way in one process. ``block1-contiguous`` is block 1 with
 each sequence's one-token pages consecutive in the cache (the same bytes, laid out by a writer that keeps a
@@ -14,7 +14,7 @@ import sys
 import torch
 
 from preshuffle.benchmark import kernel_fn, measure, provenance
-from preshuffle.kernels.page_read import page_read, xor_groups
+from preshuffle.measure.page_read import page_read, xor_groups
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing

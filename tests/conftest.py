@@ -8,8 +8,8 @@ import torch
 from hypothesis import HealthCheck, settings
 
 from preshuffle import device, report
-from preshuffle.kernels.topk import TopKConfig, default_config
-from preshuffle.kernels.topk_hopper import HopperTopKConfig
+from preshuffle.topk.portable import TopKConfig, default_config
+from preshuffle.topk.hopper import HopperTopKConfig
 from preshuffle.shapes import Shape
 from preshuffle.testing.inputs import benchmark_problem
 

@@ -98,7 +98,7 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     assert rules == [("block1", "fp8", "graph"), ("block1", "exact", "graph"), ("block64-normal", "fp8", "graph"),
                      ("block64-normal", "exact", "graph"), ("block64-normal", "fp8", "eager"),
                      ("block64-normal", "fp8", "graph-clean-l2")]
-    chapter3 = [step for step, _, _, _ in benchmark.chapter3_ladder(inputs.random_problem([5]))]
+    chapter3 = [step for step, _, _, _ in benchmark.triton_ladder(inputs.random_problem([5]))]
     assert [(r["chapter"], r["step"]) for r in rows if r.get("step")] == [
         (3, "scalar loops (Python)"), (3, "vectorised PyTorch, float64 (the reference)"),
         (3, "vectorised PyTorch, fp32"), *((3, step) for step in chapter3),

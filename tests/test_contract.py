@@ -11,7 +11,7 @@ from preshuffle.contract import (bad_scale_positions, byte_span, cache_scales, c
                                  output_tensor, refuse_overlap, unreadable_positions, valid_scales)
 from preshuffle.device import memory_bytes
 from preshuffle.kernels import fp8_paged_mqa_logits
-from preshuffle.kernels.steps import chunked_logits, per_block_grid_logits, portable_logits
+from preshuffle.teaching.steps import chunked_logits, per_block_grid_logits, portable_logits
 from preshuffle.reference import (fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch,
                                   logits_magnitude, reference_and_magnitude)
 from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale

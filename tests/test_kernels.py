@@ -9,6 +9,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from preshuffle import device, kernels
 from preshuffle.contract import kv_lengths
+from preshuffle.internals import tensor_guard
 from preshuffle.kernels import HopperConfig, LaunchConfig, fp8_paged_mqa_logits, kernel_for
 from preshuffle.reference import fp8_paged_mqa_logits_ref
 from preshuffle.testing.inputs import (key_record, misaligned_copy, random_problem, with_nan_key, with_nan_query,
@@ -133,7 +134,7 @@ def test_fp8_paged_mqa_logits_names_what_the_gpu_lacks(problem, on):
 
 
 def test_fp8_paged_mqa_logits_refuses_a_config_of_another_type(problem):
-    with pytest.raises(TypeError, match="config must be a LaunchConfig or a HopperConfig, got dict"):
+    with pytest.raises(TypeError, match="config must be a HopperConfig or a LaunchConfig, got dict"):
         problem.call(fp8_paged_mqa_logits, config={"chunk": 64})
 
 
@@ -174,7 +175,6 @@ def test_fp8_paged_mqa_logits_unchecked_repeat_matches_the_checked_call(problem)
     assert torch.equal(again, checked)
 
 
-@pytest.mark.skipif(kernels.TensorGuards is None, reason="this PyTorch build has no C++ tensor guard")
 def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkeypatch):
     """The unchecked fast path's lookup: the launch kept for a call is found again only by calls whose tensors
     have the same dtypes, devices, sizes and strides, whose cache is at the same address, and whose scalars match;
@@ -184,7 +184,7 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
     kept = object()
 
     def keep():  # what the entry point stores once an unchecked call has compiled its launch
-        guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        guard = tensor_guard(*problem.args[:5])
         kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None)] = \
             kernels._Kept(guard, kept, torch.zeros((), device=DEV).expand(problem.batch * problem.next_n,
                                                                           max_model_len),
@@ -225,14 +225,13 @@ def test_a_kept_launch_serves_only_calls_its_guard_and_key_match(problem, monkey
         assert kernels._Kept.addresses(*tensors) is None, i
 
 
-@pytest.mark.skipif(kernels.TensorGuards is None, reason="this PyTorch build has no C++ tensor guard")
 def test_an_option_that_only_compares_equal_to_a_bool_finds_no_kept_launch(problem, monkeypatch):
     """1 == True and hash(1) == hash(True): a kept launch keyed by clean_logits=True must not serve clean_logits=1,
     which the checks refuse."""
     monkeypatch.setattr(kernels, "_LAUNCHES", {})
     q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
     launched = []
-    guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
+    guard = tensor_guard(*problem.args[:5])
     output = torch.zeros((), device=DEV).expand(problem.batch * problem.next_n, max_model_len)
     kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, problem.layout, "fp8", None, True)] = \
         kernels._Kept(guard, lambda *addresses: launched.append(addresses), output, max_model_len, kv_cache,
@@ -350,7 +349,6 @@ def test_fp8_paged_mqa_logits_refuses_an_out_over_an_input(small, name, kernel, 
                                       out=torch.empty_like(expected)), expected)
 
 
-@pytest.mark.skipif(kernels.TensorGuards is None, reason="this PyTorch build has no C++ tensor guard")
 def test_a_kept_launch_takes_no_out_over_an_input(small, monkeypatch):
     """The unchecked fast path checks a given ``out`` against the spans it keeps, and leaves an overlapping one to
     the checked path (which names the input)."""
@@ -359,7 +357,7 @@ def test_a_kept_launch_takes_no_out_over_an_input(small, monkeypatch):
         problem, over, _ = overlapping(small, name)
         q, kv_cache, weights, context_lens, block_tables, max_model_len = problem.args
         launched = []
-        guard = kernels.TensorGuards(*problem.args[:5], dynamic_dims_sizes=None, dynamic_dims_strides=None)
+        guard = tensor_guard(*problem.args[:5])
         kernels._LAUNCHES[kernels._launch_key(q, kv_cache, max_model_len, "normal", None, None)] = kernels._Kept(
             guard, lambda *addresses: launched.append(addresses), torch.zeros((), device=DEV).expand(over.shape),
             over.stride(0), kv_cache, (q, weights, context_lens, block_tables))

@@ -64,7 +64,7 @@ def test_decoding_gives_the_same_bits_as_the_conversion():
 
 
 def test_the_teaching_kernels_name_what_an_sm80_lacks(on):
-    from preshuffle.kernels import steps
+    from preshuffle.teaching import steps
 
     on(*A100)
     problem = random_problem([20], block_size=16, device=DEV)

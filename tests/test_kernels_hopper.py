@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from preshuffle import device, report
 from preshuffle.contract import kv_lengths
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits, launch
-from preshuffle.kernels.hopper import descriptors, gathers, sources, supports
+from preshuffle.kernels.hopper import descriptors, gathers, sources
 from preshuffle.testing.inputs import misaligned_copy, random_problem
 from preshuffle.testing.numeric import (
     assert_bitwise_equal, check_logits, check_repeatable, check_unchecked_logits, meets_contract,
@@ -23,17 +23,6 @@ from preshuffle.testing.numeric import (
 
 HOPPER = device.current_support().hopper
 on_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm90 GPU (the Hopper kernel has no interpreter)")
-
-
-def test_supports_names_what_it_cannot_take():
-    assert supports(16, 64, 128, 4) is None and supports(256, 16, 128, 1) is None
-    assert supports(1, 64, 128, 1) is None and supports(24, 32, 128, 2) is None  # gathered by cp.async
-    assert supports(64, 64, 64, 1) == "head_dim 64 is not 128"
-    assert supports(64, 24, 128, 1) == "24 heads is not 16, 32, 64 or 128 (WGMMA's N)"
-    assert supports(64, 64, 128, 5) == "next_n 5 is above 4"
-    assert supports(48, 64, 128, 1) is None and supports(192, 64, 128, 1, "shuffle") is None
-    assert supports(48, 64, 128, 1, "shuffle") == ("preshuffled pages of 48 tokens would be gathered, and the gather "
-                                                   "reads natural pages only")
 
 
 @pytest.mark.parametrize("block_size, layout, swizzle", [(16, "normal", 128), (64, "normal", 128),

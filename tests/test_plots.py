@@ -245,7 +245,7 @@ def test_hopper_kernel_diagram_draws_the_pieces_of_the_kernel():
 
 
 def test_topk_plots_draw_the_runs_numbers(topk_record):
-    from preshuffle import topk_report, topk_steps
+    from preshuffle.topk import report as topk_report, steps as topk_steps
 
     rows = topk_report.summary(topk_record)
     fig = plots.step_split_plot(rows)
@@ -297,7 +297,7 @@ def test_topk_changes_plot_says_so_where_a_precision_changes_nothing():
 
 
 def test_step_split_plot_floor_lies_below_every_bar(topk_record):
-    from preshuffle import topk_report
+    from preshuffle.topk import report as topk_report
 
     fig = plots.step_split_plot(topk_report.summary(topk_record))
     ax = fig.axes[0]
@@ -307,7 +307,7 @@ def test_step_split_plot_floor_lies_below_every_bar(topk_record):
 
 
 def test_topk_passes_plot_colours_the_threshold_bucket_and_its_neighbours():
-    from preshuffle import topk_radix
+    from preshuffle.topk import radix as topk_radix
 
     x = torch.randn(131072, generator=torch.Generator().manual_seed(1))
     _, trace = topk_radix.select(x, 2048)

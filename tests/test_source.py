@@ -40,7 +40,7 @@ def test_source_refuses_what_has_no_python_source():
 
 
 def test_specialize_keeps_the_branch_a_switch_takes_and_drops_the_switch(tmp_path):
-    from preshuffle.kernels import steps
+    from preshuffle.teaching import steps
 
     on = source.specialize(steps._chunked_kernel, KEYS_AS_A=True, SCALE_AFTER_SUM=False, SCALES_AHEAD=True)
     assert "tl.dot(k, q_t, out_dtype=tl.float32)" in on and "tl.trans(tl.dot(" not in on
@@ -70,7 +70,8 @@ def test_specialize_of_an_if_without_else_drops_it_when_off_and_keeps_its_body_w
 
 
 def test_specialize_names_what_it_cannot_fix():
-    from preshuffle.kernels import portable, steps
+    from preshuffle.kernels import portable
+    from preshuffle.teaching import steps
 
     with pytest.raises(ValueError, match="_chunked_kernel has no parameter 'NO_SUCH'"):
         source.specialize(steps._chunked_kernel, NO_SUCH=True)

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-from preshuffle.kernels.topk import TopKConfig, default_config
+from preshuffle.topk.portable import TopKConfig, default_config
 from preshuffle.reference import fp8_paged_mqa_logits_ref
 from preshuffle.testing.inputs import random_problem
 
@@ -44,8 +44,8 @@ def test_the_table_prints_every_shape(topk_gpu, topk_record):
 def test_every_launch_the_run_times_covers_its_logits(topk_gpu):
     """Each shape's sm90 launches (the default first, then variants of one option each) and Triton launches cover
     the logits the run builds, and the width the run compiles for ahead is the width of those logits."""
-    from preshuffle.kernels.topk import path_for
-    from preshuffle.kernels.topk_hopper import HopperTopKConfig, default_config as hopper_default
+    from preshuffle.topk.portable import path_for
+    from preshuffle.topk.hopper import HopperTopKConfig, default_config as hopper_default
     from preshuffle.testing.inputs import _contexts
 
     for shape in topk_gpu.SHAPES:

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from preshuffle import topk_radix
-from preshuffle.topk import topk_reference
+from preshuffle.topk import radix as topk_radix
+from preshuffle.topk.selection import topk_reference
 
 PASSES = ("load and count", "threshold", "scatter", "candidates")
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from preshuffle import topk_report
+from preshuffle.topk import report as topk_report
 from preshuffle.shapes import Shape
 
 

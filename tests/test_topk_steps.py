@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from preshuffle import device
-from preshuffle.topk import indexer_topk, topk_reference
-from preshuffle.topk_steps import bisect, fp16_buckets, order_keys, row_path
+from preshuffle.topk.selection import indexer_topk, topk_reference
+from preshuffle.topk.steps import bisect, fp16_buckets, order_keys, row_path
 
 SPECIALS = (0.0, -0.0, 1.0, -1.0, 3.0e-8, -3.0e-8, 7.0e4, -7.0e4, math.inf, -math.inf, math.nan)
 

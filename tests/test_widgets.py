@@ -163,7 +163,8 @@ def test_explorer_runs_one_update_at_a_time():
 
 
 def test_decode_step_explorer_follows_the_sliders_and_the_setup(shown, topk_record):
-    from preshuffle import decode_model, topk_report
+    from preshuffle import decode_model
+    from preshuffle.topk import report as topk_report
 
     w = widgets.decode_step_explorer(record=topk_record)
     first = w.result

@@ -79,7 +79,8 @@ def _results(args) -> int:
 def committed_results() -> tuple:
     """The README's table's inputs: the runs at vLLM's call beside DeepGEMM nv_dev and main, and the top-k run
     (``results/``)."""
-    from . import topk_report, vllm_call_report
+    from . import vllm_call_report
+    from .topk import report as topk_report
 
     topk = {r["shape"]: (r["ours_default_us"], r["vllm_best_us"]) for r in topk_report.summary(topk_report.load())
             if r["ours_default_us"] and r["vllm_best_us"]}
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     ben.add_argument("--against", nargs="+", choices=["deepgemm"],
                      help="also time DeepGEMM on the same inputs in the same run (when deep_gemm imports)")
-    ben.add_argument("--no-steps", action="store_true", help="skip chapter 5's ladder of kernel steps")
+    ben.add_argument("--no-steps", action="store_true", help="skip the ladder of kernel steps to the Hopper kernel")
     ben.add_argument("--no-torch", action="store_true", help="skip the vectorised PyTorch baseline")
     ben.add_argument("--out", help="write the results (with provenance) to this JSON file as they come")
     ben.set_defaults(run=_bench)

@@ -4,12 +4,12 @@ contract of its precision) before it is timed, on inputs built the way docs/perf
 and the copy ceiling of the same run from :mod:`preshuffle.testing.timing`, bytes and flops counted by
 :class:`preshuffle.problem.PagedMQAProblem`, and the run's provenance.
 
-A row is one implementation on one problem: ``kernel`` (hopper, portable, tl-tma, deepgemm, deepgemm-flattened,
-torch), ``precision``, ``variant`` (cache block size and layout), ``shape``, ``timing`` (graph replay, eager call,
-or graph replay with a clean L2 flush), ``rule`` (the launch a caller gets), ``step`` (chapter 5's ladder), the
-verdict and the time; ladder rows carry ``chapter`` (3 or 5), the chapter whose step they measure, and chapter 5's
-``programs_per_sequence``, the split the step ran with.
-"""
+A row is one implementation on one problem: ``kernel`` (hopper, portable, tl-tma, deepgemm, deepgemm-flattened, torch),
+``precision``, ``variant`` (cache block size and layout), ``shape``, ``timing`` (graph replay, eager call, or graph
+replay with a clean L2 flush), ``rule`` (the launch a caller gets), ``step`` (a rung of a ladder), the verdict and the
+time; ladder rows carry ``chapter``, which ladder they measure: 3 for the Triton steps, 5 for the steps from the
+portable kernel to the Hopper kernel (the results files' field), and the second ladder's ``programs_per_sequence``,
+the split the step ran with. """
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import torch
 from . import deepgemm
 from .kernels import HopperConfig, LaunchConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import CHUNK, NUM_STAGES, NUM_WARPS, fixed_run, hopper_config
-from .kernels.steps import RUNGS, checked_launch, chunked_logits, per_block_grid_logits
-from .kernels.tl_tma import tl_tma_logits
+from .teaching.steps import RUNGS, checked_launch, chunked_logits, per_block_grid_logits
+from .teaching.tl_tma import tl_tma_logits
 from .precision import PRECISIONS
 from .problem import PagedMQAProblem
 from .reference import (fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp8_paged_mqa_logits_torch,
@@ -129,11 +129,11 @@ def torch_baseline_fits(shape: Shape, limit_bytes: int = 24 << 30) -> bool:
     return shape.batch * n * (HEAD_DIM + 2 * shape.next_n * HEADS) * 4 < limit_bytes
 
 
-def chapter3_ladder(problem: PagedMQAProblem) -> list[tuple[str, str, object, bool]]:
-    """Chapter 3's Triton steps, from the spec's naive kernel to the ideas its portable kernel starts from, each one
-    idea: (step, kernel, call, whether a CUDA graph can capture it). All add exact products in fp32. Before them the
-    chapter measures the scalar loops (:func:`loops_step`) and vectorised PyTorch in float64 and fp32; chapter 5's
-    ladder starts where this one ends."""
+def triton_ladder(problem: PagedMQAProblem) -> list[tuple[str, str, object, bool]]:
+    """The Triton steps, from the spec's naive kernel to the ideas the portable kernel starts from, each one idea:
+    (step, kernel, call, whether a CUDA graph can capture it). All add exact products in fp32. Below them on the
+    ladder are the scalar loops (:func:`loops_step`) and vectorised PyTorch in float64 and fp32; :func:`ladder`
+    starts where this one ends."""
     def chunked(**switches):
         return checked_launch(chunked_logits, *problem.args, layout=problem.layout, **switches)
 
@@ -143,8 +143,8 @@ def chapter3_ladder(problem: PagedMQAProblem) -> list[tuple[str, str, object, bo
 
 
 def loops_step(problem: PagedMQAProblem, copy_bytes_per_s: float) -> dict:
-    """The scalar-loop version (chapter 3's first step) on the first :data:`LOOPS_POSITIONS` positions of the first
-    sequence: checked against the float64 reference there, then timed once on the host (seconds of Python); its
+    """The scalar-loop version (the Triton ladder's first step) on the first :data:`LOOPS_POSITIONS` positions of the
+    first sequence: checked against the float64 reference there, then timed once on the host (seconds of Python); its
     bytes and share of the copy ceiling are those of that sub-problem."""
     sub = problem.replace(q=problem.q[:1], weights=problem.weights[:problem.next_n],
                           context_lens=problem.context_lens[:1].clamp(max=LOOPS_POSITIONS),
@@ -162,9 +162,9 @@ def loops_step(problem: PagedMQAProblem, copy_bytes_per_s: float) -> dict:
 
 
 def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object, int]]:
-    """Chapter 5's steps from chapter 3's kernel to the Hopper kernel, one change each: (step, kernel, precision,
-    call, programs a sequence). Every step before the last runs a program a sequence, so that no step's time mixes
-    its idea with a split; the last adds the launch rule's split (and is what a caller gets). Where the Hopper kernel
+    """The steps from the portable kernel to the Hopper kernel, one change each: (step, kernel, precision, call,
+    programs a sequence). Every step before the last runs a program a sequence, so that no step's time mixes its
+    idea with a split; the last adds the launch rule's split (and is what a caller gets). Where the Hopper kernel
     does not run (another GPU), only the portable steps."""
     whole = LaunchConfig(CHUNK, None, NUM_WARPS, NUM_STAGES, splits=1)  # config_for's, a program a sequence
     steps = [("chapter 3's kernel (exact)", "portable", "exact", kernel_fn(problem, "exact", whole), 1),
@@ -229,11 +229,11 @@ def _jobs(shapes, variants):
 
 def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = True,
         steps: bool = True, torch_baseline: bool = True, on_row=None) -> dict:
-    """The whole measurement: the copy ceiling and the timer's floor, then for every shape and cache our kernel in
-    both precisions; on DeepGEMM's cache (block64-normal) also DeepGEMM (the build this process imports, named in
-    the record; where it does not take next_n, on the flattened rows), the splits beside the launch rule, the eager
-    call, the host's time per call (and its parts) and a clean-L2 flush on :data:`HOST_SHAPES`, chapters 3 and 5's
-    ladders on :data:`LADDER_SHAPES`, and the vectorised PyTorch baseline where it fits."""
+    """The whole measurement: the copy ceiling and the timer's floor, then for every shape and cache our kernel in both
+    precisions; on DeepGEMM's cache (block64-normal) also DeepGEMM (the build this process imports, named in the record;
+    where it does not take next_n, on the flattened rows), the splits beside the launch rule, the eager call, the host's
+    time per call (and its parts) and a clean-L2 flush on :data:`HOST_SHAPES`, both ladders (:func:`triton_ladder`,
+    :func:`ladder`) on :data:`LADDER_SHAPES`, and the vectorised PyTorch baseline where it fits."""
     from tqdm.auto import tqdm
 
     timing.refuse_interpreter()
@@ -295,17 +295,17 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                 add(shape, name, kernel="loops", precision="exact", timing="host", step="scalar loops (Python)",
                     chapter=3, **loops_step(problem, ceiling))
             if torch_baseline and torch_baseline_fits(shape):
-                chapter3 = {"step": "vectorised PyTorch, fp32", "chapter": 3} if ladder_here else {}
+                triton_rung = {"step": "vectorised PyTorch, fp32", "chapter": 3} if ladder_here else {}
                 if ladder_here:
                     add(shape, name, kernel="torch-float64", precision="exact", timing="eager",
                         step="vectorised PyTorch, float64 (the reference)", chapter=3,
                         **measure(lambda: problem.call(fp8_paged_mqa_logits_ref), problem, reference,
                                   precision="exact", copy_bytes_per_s=ceiling, graph=False))
-                add(shape, name, kernel="torch", precision="exact", timing="eager", **chapter3,
+                add(shape, name, kernel="torch", precision="exact", timing="eager", **triton_rung,
                     **measure(torch_fn(problem), problem, reference, precision="exact", copy_bytes_per_s=ceiling,
                               graph=False))
             if ladder_here:
-                for step, step_kernel, fn, graph in chapter3_ladder(problem):
+                for step, step_kernel, fn, graph in triton_ladder(problem):
                     add(shape, name, kernel=step_kernel, precision="exact", timing="graph" if graph else "eager",
                         step=step, chapter=3, **measure(fn, problem, reference, precision="exact",
                                                         copy_bytes_per_s=ceiling, graph=graph))

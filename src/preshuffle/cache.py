@@ -12,7 +12,7 @@ import torch
 
 from .arguments import non_negative_int, positive_int
 from .layout import check_block_layout, offset_map
-from .negotiation import slot_mapping
+from .paging import slot_mapping
 
 SCALE_BYTES = 4
 SCALE_FLOOR = 1e-4
@@ -215,7 +215,7 @@ def read_slots(kv_cache: torch.Tensor, slots: torch.Tensor, *, layout: str = "no
 
 def sequence_slots(block_table: torch.Tensor, num_tokens: int, block_size: int) -> torch.Tensor:
     """int64 slots of positions ``0 .. num_tokens-1`` of one sequence, on the table's device: the vLLM slot
-    mapping (:func:`preshuffle.negotiation.slot_mapping`) of a whole prefix.
+    mapping (:func:`preshuffle.paging.slot_mapping`) of a whole prefix.
 
     The block ids those positions read must be non-negative; the table's tail past them may hold anything."""
     block_size = positive_int(block_size, "block_size")

@@ -23,35 +23,13 @@ KERNEL_DEVICE = "cpu" if INTERPRETED else "cuda"
 
 
 def keep_e4m3_nan_in_the_interpreter() -> None:
-    """Make Triton's interpreter convert e4m3 NaN (bytes 0x7F and 0xFF) to NaN, as a GPU's conversion does.
+    """Make Triton's interpreter convert e4m3 NaN to NaN, as a GPU's conversion does
+    (:func:`preshuffle.internals.keep_e4m3_nan`): without it a NaN in q or in the cache gave finite logits on the
+    CPU only. The kernel modules call this where they import Triton; compiled, it does nothing."""
+    if INTERPRETED:
+        from .internals import keep_e4m3_nan
 
-    Triton 3.6's interpreter widens fp8 by moving bit fields, with no case for NaN: an e4m3 NaN became 480 (-480),
-    in casts and in ``tl.dot`` alike, so that a NaN in q or in the cache gave finite logits on the CPU only. The
-    conversion is wrapped once (the kernel modules call this where they import Triton; compiled, it does nothing);
-    every other value converts exactly as before."""
-    if not INTERPRETED:
-        return
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter
-
-    convert = interpreter._convert_float
-    if getattr(convert, "keeps_e4m3_nan", False):
-        return
-
-    def convert_keeping_nan(input, input_dtype, output_dtype, rounding_mode):
-        output = convert(input, input_dtype, output_dtype, rounding_mode)
-        if input_dtype == tl.float8e4nv and output_dtype.primitive_bitwidth > 8:
-            nan = (input.view(np.uint8) & 0x7F) == 0x7F
-            if nan.any():
-                mantissa = output_dtype.fp_mantissa_width
-                exponent = output_dtype.primitive_bitwidth - mantissa - 1
-                quiet_nan = ((1 << exponent) - 1) << mantissa | 1 << (mantissa - 1)
-                output = np.where(nan, output.dtype.type(quiet_nan), output)
-        return output
-
-    convert_keeping_nan.keeps_e4m3_nan = True
-    interpreter._convert_float = convert_keeping_nan
+        keep_e4m3_nan()
 
 # Compute capabilities, from Triton 3.6: its README supports NVIDIA GPUs from 8.0; its NVIDIA backend
 # (backends/nvidia/compiler.py) admits float8e4nv, the e4m3 type of the cache, only from 8.9, for loads, for the

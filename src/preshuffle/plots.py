@@ -257,8 +257,8 @@ def deepgemm_share_plot(rows: list[dict]):
 
 
 def hopper_ladder_plot(ladders: dict[str, list[dict]]):
-    """Chapter 5's ladder: each step's share of the copy ceiling, one panel per shape (rows of report.ladder), each
-    step labelled with the programs a sequence it ran, where known."""
+    """The ladder from the portable kernel to the Hopper kernel: each step's share of the copy ceiling, one panel per
+    shape (rows of report.ladder), each step labelled with the programs a sequence it ran, where known."""
     fig, axes = plt.subplots(1, len(ladders), figsize=WIDE, sharey=True)
     for ax, (label, steps) in zip(np.atleast_1d(axes), ladders.items()):
         y = np.arange(len(steps))[::-1]
@@ -275,12 +275,12 @@ def hopper_ladder_plot(ladders: dict[str, list[dict]]):
     return fig
 
 
-# The kernels of chapter 3's rungs that run in Python or PyTorch; the others are Triton kernels.
+# The kernels of the Triton ladder's rungs that run in Python or PyTorch; the others are Triton kernels.
 PYTHON_KERNELS = ("loops", "torch-float64", "torch")
 
 
 def ladder_plot(ladders: dict[str, list[dict]], title: str):
-    """Chapter 3's ladder in two panels (rows of report.ladder, ``{shape label: steps}``). Left, every step of the
+    """The Triton ladder in two panels (rows of report.ladder, ``{shape label: steps}``). Left, every step of the
     longest ladder, its time per visible logit on a log scale: the scalar loops to a Triton kernel span six orders of
     magnitude. Right, the Triton steps of every ladder, their share of the copy ceiling on a linear scale, a bar per
     shape with its time, where steps a few percent apart stay apart."""
@@ -521,7 +521,7 @@ def workload_plot(nearest, asked, bars: list[dict]):
 
 
 def hopper_kernel_diagram(stages: int = 4):
-    """Chapter 5's kernel as one picture: pages in HBM, the two TMA descriptors, the loader warp, the ring of
+    """The Hopper kernel as one picture: pages in HBM, the two TMA descriptors, the loader warp, the ring of
     shared-memory stages with their ready/empty mbarriers, the math warpgroup's WGMMA and epilogue, the logits."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
@@ -589,11 +589,11 @@ def hopper_kernel_diagram(stages: int = 4):
     return fig
 
 
-# Chapter 6: from logits to tokens.
+# From logits to tokens: the top-k.
 
 
 def bisection_plot(traces: dict[str, list[dict]], targets: dict[str, int]):
-    """Each bisection of the top-k's row path (``topk_steps.bisect`` traces): the count of keys at or above each
+    """Each bisection of the top-k's row path (``topk.steps.bisect`` traces): the count of keys at or above each
     midpoint, halving by halving, against the count it looks for."""
     fig, axes = plt.subplots(1, len(traces), figsize=WIDE)
     for ax, (label, trace) in zip(np.atleast_1d(axes), traces.items()):
@@ -610,7 +610,7 @@ def bisection_plot(traces: dict[str, list[dict]], targets: dict[str, int]):
 
 
 def step_split_plot(rows: list[dict]):
-    """The indexer's step per shape (rows of ``topk_report.summary``): our logits kernel and our top-k, timed apart,
+    """The indexer's step per shape (rows of ``topk.report.summary``): our logits kernel and our top-k, timed apart,
     beside the step in one graph, ours and DeepGEMM + vLLM's top-k."""
     labels = _shape_labels(rows)
     x = np.arange(len(rows))
@@ -635,7 +635,7 @@ def step_split_plot(rows: list[dict]):
 
 
 def topk_changes_plot(rows: list[dict]):
-    """Where the positions an fp8 path changes lie (rows of ``topk_report.agreement``): each dropped or added
+    """Where the positions an fp8 path changes lie (rows of ``topk.report.agreement``): each dropped or added
     position's float64 logit minus the reference's 2048th, over its sum of |terms|, per precision."""
     precisions = sorted({r["precision"] for r in rows})
     fig, axes = plt.subplots(1, len(precisions), figsize=WIDE, sharey=True)
@@ -679,11 +679,11 @@ def decode_step_plot(terms: dict[str, float], title: str, measured: dict[str, fl
 
 
 def topk_passes_plot(x: torch.Tensor, k: int, bits: int = 12, capacity: int = 960, rank_limit: int = 128):
-    """The sm90 top-k's passes over one row ``x`` (as ``topk_radix.select`` models them): the histogram of its
+    """The sm90 top-k's passes over one row ``x`` (as ``topk.radix.select`` models them): the histogram of its
     ``2**bits`` buckets, the positions above the threshold bucket (selected), in it (candidates) and below it; the
     coarse search for that bucket; and the candidates, settled by a radix level over their composite keys or ranked
     against each other."""
-    from . import topk_radix
+    from .topk import radix as topk_radix
 
     _, trace = topk_radix.select(x, k, bits=bits, capacity=capacity, rank_limit=rank_limit)
     if trace.bin < 0:
@@ -742,7 +742,7 @@ def topk_passes_plot(x: torch.Tensor, k: int, bits: int = 12, capacity: int = 96
 
 
 def topk_variants_plot(variants: list[dict], title: str):
-    """The sm90 top-k's default launch and each variant one change away (rows of ``topk_report.variants``), their
+    """The sm90 top-k's default launch and each variant one change away (rows of ``topk.report.variants``), their
     times on a linear axis from zero, each labelled with its change and its time over the default's."""
     if not variants:
         raise ValueError("variants must hold at least the default launch")

@@ -1,5 +1,6 @@
-"""Reading a results file of ``python -m preshuffle bench``: the comparisons chapters 4 and 5 make, DeepGEMM's
-rows included (measured in the same run). Torch-free: it needs the file and the shapes, not the harness."""
+"""Reading a results file of ``python -m preshuffle bench``: ours against DeepGEMM, the launch rules, the ladders and
+the host's time, DeepGEMM's rows included (measured in the same run). Torch-free: it needs the file and the shapes, not
+the harness."""
 
 from __future__ import annotations
 
@@ -143,10 +144,11 @@ def summary(record: dict) -> list[dict]:
 
 @_reader
 def ladder(record: dict, shape: Shape, chapter: int = 5) -> list[dict]:
-    """Chapter 3's or chapter 5's steps on ``shape``, in the order they were measured: step name, kernel, precision,
-    time, share of the copy ceiling, error, and nanoseconds per visible logit (the one figure that compares the
-    scalar loops, timed on a sequence's first positions, with the steps timed on the whole shape). Chapter 5's
-    ladder starts from chapter 3's last step, the portable kernel."""
+    """A ladder's steps on ``shape`` (``chapter``, the results files' field: 3, the Triton ladder; 5, the one from the
+    portable kernel to the Hopper kernel), in the order they were measured: step name, kernel, precision, time, share of
+    the copy ceiling, error, and nanoseconds per visible logit (the one figure that compares the scalar loops, timed on
+    a sequence's first positions, with the steps timed on the whole shape). The Hopper ladder starts from the Triton
+    ladder's last step, the portable kernel."""
     steps = []
     for r in record["rows"]:
         if r.get("step") and "us" in r and Shape(**r["shape"]) == shape and r.get("chapter", 5) == chapter:
@@ -161,7 +163,7 @@ def ladder(record: dict, shape: Shape, chapter: int = 5) -> list[dict]:
 
 
 def _programs_before_record(record: dict, shape: Shape, steps: list[dict]) -> list[int]:
-    """Programs a sequence of each of chapter 5's steps in a run recorded before its rows named them: what that
+    """Programs a sequence of each step of the ladder to the Hopper kernel in a run recorded before its rows named them: what that
     run's launch code cut (programs_per_sm * SMs / batch programs a row, rounded up): the portable kernel at 4
     programs an SM below 128 sequences, else 16; the plain-Triton TMA step and the launch rule at the Hopper
     kernel's 2 below 256 sequences, else 8; the two ring steps a program a sequence."""

@@ -1,4 +1,4 @@
-"""The package's own code as a chapter shows it: read from the module, so the page cannot drift from what runs."""
+"""The package's own code as a notebook shows it: read from the module, so the page cannot drift from what runs."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def source(obj, start: str | None = None, stop: str | None = None) -> str:
     """The source of a function or class of the package (a Triton or Gluon kernel's Python function too), dedented.
 
     ``start``: begin at the first line that contains it; ``stop``: end before the first line after that which
-    contains it. Either missing from the code raises ValueError, so a chapter that names a block of code notices when
+    contains it. Either missing from the code raises ValueError, so a page that names a block of code notices when
     the block is gone."""
     fn, text = _function(obj)
     lines = text.splitlines()

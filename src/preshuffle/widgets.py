@@ -10,7 +10,8 @@ import threading
 import ipywidgets as widgets
 from IPython.display import Image, display
 
-from . import benchmark, decode_model, device, plots, report, topk_report
+from . import benchmark, decode_model, device, plots, report
+from .topk import report as topk_report
 from .arguments import int_in_range
 from .layout import TILE, normal_offset, shuffle_offset
 from .negotiation import format_negotiation, negotiate
@@ -229,7 +230,7 @@ def workload_explorer(batch: int = 64, avg_ctx: int = 8192, next_n: int = 1, var
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The decode-step explorer (chapter 6): one step's floor at a batch and context, and the indexer's kernels measured.
+# The decode-step explorer: one step's floor at a batch and context, and the indexer's kernels measured.
 
 STEP_BATCHES = tuple(2 ** i for i in range(13))
 STEP_CONTEXTS = tuple((f"{2 ** i // 1024}K", 2 ** i) for i in range(12, 18)) + (("1M", 2 ** 20),)

@@ -1,37 +1,27 @@
 """The FP8 paged-MQA-logits kernels behind one entry point, :func:`fp8_paged_mqa_logits`: the portable Triton kernel
 (:mod:`.portable`, every GPU Triton compiles fp8 for, and the CPU through Triton's interpreter), the Hopper kernel
 (:mod:`.hopper`, Gluon: TMA, mbarriers, WGMMA) and the launch its unchecked repeats go through
-(:mod:`.preset_launch`), their launch rules (:mod:`.launch`), chapter 3's teaching steps (:mod:`.steps`), a kernel
-that only reads a call's pages, the floor under every layout (:mod:`.page_read`), and a compiled kernel's resources
-and SASS read without a GPU (:mod:`.sass`)."""
+(:mod:`.preset_launch`), their launch rules (:mod:`.launch`), and the table of what each takes, which dispatch reads
+(:mod:`.backends`)."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 
 from .. import device
 from ..arguments import positive_int
 from ..contract import byte_span, check_inputs, check_output_options, output_tensor, refuse_overlap
-from .launch import HopperConfig, LaunchConfig, default_config, dot_precision, gathers, hopper_config
-from .portable import portable_paged_mqa_logits
+from ..internals import tensor_guard
+from .backends import choose
+from .launch import HopperConfig, LaunchConfig
 
 __all__ = ["HopperConfig", "LaunchConfig", "fp8_paged_mqa_logits", "kernel_for"]
 
-# The portable kernel's MMA for each precision: fp8 values widened to fp16 (exact products, fp32 sums), or fp8.
-# A LaunchConfig may ask for fp16 on decoded values, the exact path a GPU without Triton's e4m3 type takes.
-_DOT = {"exact": "fp16", "fp8": "fp8"}
-# Launches of the Hopper kernel for unchecked calls, by the cache's address and the call's scalars, each with a guard
+# Launches for unchecked calls, by the cache's address and the call's scalars, each with a guard
 # over its tensors (dtype, device, sizes, strides: everything else Triton's specialisation and the call's checks
 # depend on, but 16-byte alignment, which the call checks itself). A launch holds the cache's TMA descriptors, not
 # the cache. The guard is the C++ check torch.compile guards its graphs with: reading those attributes in Python
-# cost 2.2 us a call on the H200's host (docs/kernel-design.md, "Designs tried"). Where a build of PyTorch lacks it,
-# unchecked calls take the checked path every time.
-try:
-    from torch._C._dynamo.guards import TensorGuards
-except ImportError:
-    TensorGuards = None
+# cost 2.2 us a call on the H200's host (docs/kernel-design.md, "Designs tried").
 _LAUNCHES: dict = {}
 _MAX_LAUNCHES = 64
 
@@ -89,19 +79,14 @@ class _Kept:
 
 
 def kernel_for(block_size: int, heads: int, head_dim: int, next_n: int, config=None, *,
-               layout: str = "normal") -> str:
-    """Which kernel a call runs here: "hopper" on an sm90 GPU for the dimensions and layout it takes (unless a
-    portable :class:`LaunchConfig` is given), else "portable"."""
+               layout: str = "normal", precision: str | None = None) -> str:
+    """Which kernel a call runs here: the first of :data:`.backends.BACKENDS` that runs on this device and takes
+    the call ("hopper" on an sm90 GPU for the dimensions and layout it takes, else "portable"), or the one
+    ``config`` is for (ValueError where it cannot run the call here)."""
     for value, name in ((block_size, "block_size"), (heads, "heads"), (head_dim, "head_dim"), (next_n, "next_n")):
         positive_int(value, name)
-    if isinstance(config, LaunchConfig) or not device.current_support().hopper:
-        return "portable"
-    from .hopper import supports
-
-    reason = supports(block_size, heads, head_dim, next_n, layout)
-    if reason and isinstance(config, HopperConfig):
-        raise ValueError(f"the Hopper kernel cannot take this call: {reason}")
-    return "portable" if reason else "hopper"
+    return choose(device.current_support(), block_size, heads, head_dim, next_n, layout=layout, precision=precision,
+                  config=config).name
 
 
 def _launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits=True,
@@ -157,7 +142,7 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
     by a checked call (naming its block and token) and gives NaN at that position unchecked."""
     # A key compares 1 equal to True: an option that is not a bool takes the checks, which refuse it (so does a
     # check_values of 0, which would otherwise skip them).
-    keep = check_values is False and TensorGuards is not None and (clean_logits is True or clean_logits is False)
+    keep = check_values is False and (clean_logits is True or clean_logits is False)
     if keep:
         try:  # the caller's arguments, unchecked
             key = _launch_key(q, kv_cache, max_model_len, layout, precision, config, clean_logits, logits_dtype)
@@ -179,46 +164,25 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_m
         raise TypeError(f"the kernels take q as torch.float8_e4m3fn, got {q.dtype}")
     device.require_kernel_devices(q=q, kv_cache=kv_cache)
     max_model_len = dims.max_model_len  # a plain int, whatever integer type the caller passed
-    if config is not None and not isinstance(config, (LaunchConfig, HopperConfig)):
-        raise TypeError(f"config must be a LaunchConfig or a HopperConfig, got {type(config).__name__}")
-    kernel = kernel_for(dims.block_size, dims.heads, dims.head_dim, dims.next_n, config, layout=layout)
-    if kernel == "portable" and isinstance(config, HopperConfig):
-        raise ValueError("a HopperConfig needs an sm90 GPU; this process runs the portable kernel")
-    # The kernels read the scales as fp32 words, and TMA copies from 16-byte aligned addresses only.
-    alignment = 16 if kernel == "hopper" and not gathers(dims.block_size) else 4
+    backend = choose(support, dims.block_size, dims.heads, dims.head_dim, dims.next_n, layout=layout,
+                     precision=precision, config=config)
+    kernel = backend.kernel()
+    alignment = kernel.alignment(dims.block_size)
     if kv_cache.data_ptr() % alignment:
-        raise ValueError(f"kv_cache must start on a {alignment}-byte boundary for the {kernel} kernel, got address "
-                         f"{kv_cache.data_ptr():#x} (storage offset {kv_cache.storage_offset()} bytes): pass "
+        raise ValueError(f"kv_cache must start on a {alignment}-byte boundary for the {backend.name} kernel, got "
+                         f"address {kv_cache.data_ptr():#x} (storage offset {kv_cache.storage_offset()} bytes): pass "
                          f"kv_cache.clone()")
     given = out is not None
     out = output_tensor(out, (dims.batch * dims.next_n, max_model_len), q.device, logits_dtype)
     if given:
         refuse_overlap(out, q=q, kv_cache=kv_cache, weights=weights, context_lens=context_lens,
                        block_tables=block_tables)
-    if kernel == "portable":
-        config = config or default_config(dims.batch)
-        if precision == "exact" and not support.fp8_types:
-            dot = "fp16-decode"
-        else:
-            dot = config.dot if dot_precision(config.dot) == precision else _DOT[precision]
-        config = dataclasses.replace(config, dot=dot)
-        return portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims,
-                                         layout=layout, config=config, out=out, clean=clean_logits)
-    from .hopper import launch_hopper
-
-    if out.numel() == 0:
-        return out
-    contiguous = (q.contiguous(), weights.contiguous(), context_lens.contiguous(), block_tables.contiguous())
-    launch = launch_hopper(*contiguous[:1], kv_cache, *contiguous[1:], max_model_len, out, layout=layout,
-                           exact=precision == "exact", clean=clean_logits,
-                           config=config or hopper_config(dims.batch, dims.next_n, exact=precision == "exact",
-                                                          block_size=dims.block_size))
-    if (keep and all(a is b for a, b in zip(contiguous, (q, weights, context_lens, block_tables)))
-            and _Kept.addresses(q, weights, context_lens, block_tables, out) is not None):
+    out, repeat = kernel.launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims, layout=layout,
+                                precision=precision, support=support, config=config, out=out, clean=clean_logits)
+    if keep and repeat is not None and _Kept.addresses(q, weights, context_lens, block_tables, out) is not None:
         if len(_LAUNCHES) >= _MAX_LAUNCHES:
             _LAUNCHES.clear()
-        guard = TensorGuards(q, kv_cache, weights, context_lens, block_tables, dynamic_dims_sizes=None,
-                             dynamic_dims_strides=None)
-        _LAUNCHES[key] = _Kept(guard, launch, out.new_zeros(()).expand(out.shape), out.stride(0), kv_cache,
-                               contiguous)
+        guard = tensor_guard(q, kv_cache, weights, context_lens, block_tables)
+        _LAUNCHES[key] = _Kept(guard, repeat, out.new_zeros(()).expand(out.shape), out.stride(0), kv_cache,
+                               (q, weights, context_lens, block_tables))
     return out

@@ -2,7 +2,7 @@
 shared-memory stages full through mbarriers, and a math warpgroup (or one for each query row) multiplies each
 64-position chunk by the queries with WGMMA, then applies relu, the weights, the head sum and the scales.
 
-Why each piece (the numbers are chapter 5's, measured on an H200):
+Why each piece (the numbers were measured on an H200; docs/kernel-design.md):
 
 * **TMA over a paged cache.** A page of B tokens is ``B*132`` bytes: ``B`` rows of 128 value bytes, then the
   scales. A 3-D descriptor ``[num_blocks, B, 128]`` with a page stride of ``B*132`` bytes lets one copy fetch
@@ -55,28 +55,15 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.runtime.jit import constexpr_function
 
-from .launch import CHUNK, HopperConfig, gathers, hopper_loader_regs, hopper_registers, math_warpgroups
+from ..internals import constexpr_function, encode_descriptor, gluon_source, launch_metadata, raw_stream
+from .launch import (CHUNK, HopperConfig, gathers, hopper_config, hopper_loader_regs, hopper_registers,
+                     math_warpgroups)
 from .preset_launch import preset
 
 HEAD_DIM = 128
 _CHUNK = gl.constexpr(CHUNK)  # positions per MMA (and per stage of the ring)
 _D = gl.constexpr(HEAD_DIM)
-MAX_NEXT_N = 4  # query rows per sequence the kernel's accumulators are sized for
-
-
-def supports(block_size: int, heads: int, head_dim: int, next_n: int, layout: str = "normal") -> str | None:
-    """Why this kernel cannot take a problem of these dimensions and cache layout, or None when it can."""
-    if layout == "shuffle" and gathers(block_size):
-        return f"preshuffled pages of {block_size} tokens would be gathered, and the gather reads natural pages only"
-    if head_dim != HEAD_DIM:
-        return f"head_dim {head_dim} is not {HEAD_DIM}"
-    if heads not in (16, 32, 64, 128):
-        return f"{heads} heads is not 16, 32, 64 or 128 (WGMMA's N)"
-    if next_n > MAX_NEXT_N:
-        return f"next_n {next_n} is above {MAX_NEXT_N}"
-    return None
 
 
 @gluon.jit
@@ -518,22 +505,21 @@ class HopperLaunch:
     left of a call's host work is passing five addresses."""
 
     def __init__(self, compiled, srcs, grid, fixed, device: int):
-        from triton.backends.nvidia.driver import make_tensordesc_arg
-
-        if compiled.run.global_scratch_size or compiled.run.profile_scratch_size:
+        meta = launch_metadata(compiled)
+        if meta["scratch"]:
             raise RuntimeError("the Hopper kernel needs no scratch memory")
-        metas = compiled.metadata.tensordesc_meta or [None] * len(srcs)
+        metas = meta["tensordesc_meta"] or [None] * len(srcs)
         # Encoded once by Triton; addresses as ints, so a launch keeps no cache alive.
         encoded = tuple(x.data_ptr() if isinstance(x, torch.Tensor) else x
                         for src, meta in zip(srcs, metas)
-                        for x in ((src,) if isinstance(src, torch.Tensor) else make_tensordesc_arg(src, meta)))
+                        for x in ((src,) if isinstance(src, torch.Tensor) else encode_descriptor(src, meta)))
         self.launch = preset(compiled, (None, *encoded, None, None, None, None, *fixed), grid, device)
         self.device = device
 
     def __call__(self, q: int, weights: int, context_lens: int, block_tables: int, out: int):
         """Launch on the current stream of the launch's device, with the tensors' addresses (the caller's guard
         holds their devices and dimensions)."""
-        self.launch(torch._C._cuda_getCurrentRawStream(self.device), q, weights, context_lens, block_tables, out)
+        self.launch(raw_stream(self.device), q, weights, context_lens, block_tables, out)
 
 
 def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx_2d: bool, exact: bool,
@@ -572,8 +558,6 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
     """What a launch of these dimensions compiles, with 16-byte aligned tensors: Gluon's source of the kernel (its
     signature, constexprs and alignment), and the launch's register budget a thread. ``clean``: the -inf fill past
     the context; ``bf16``: bf16 logits instead of fp32."""
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     config = config or HopperConfig(1)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
                                          config=config, clean=clean)
@@ -589,14 +573,14 @@ def sm90a_source(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layo
                  **dict.fromkeys((*constexprs, "num_warps"), "constexpr")}
     tensors = (0, 1, 2, 3, 4, 5, 6) if gathers(block_size) else (0, 3, 4, 5, 6)
     aligned = {(i,): [["tt.divisibility", 16]] for i in tensors}  # the tensors, 16-byte aligned
-    return GluonASTSource(_hopper_kernel, signature, {**constexprs, "num_warps": 4}, aligned), maxnreg
+    return gluon_source(_hopper_kernel, signature, {**constexprs, "num_warps": 4}, aligned), maxnreg
 
 
 def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, layout: str = "normal",
                   ctx_2d: bool = False, exact: bool = False, config: HopperConfig | None = None, clean: bool = True,
                   bf16: bool = False):
     """Compile the kernel for sm90a without a GPU (Triton's bundled ptxas): what a launch of these dimensions
-    would run, for reading its resources and SASS on any machine (:mod:`preshuffle.kernels.sass`). Returns Triton's
+    would run, for reading its resources and SASS on any machine (:mod:`preshuffle.measure.sass`). Returns Triton's
     compiled kernel. Call it where TRITON_INTERPRET is 0: under the interpreter, Triton's own jit helpers that
     Gluon calls are interpreted functions (``benchmarks/compile_hopper.py`` sets it)."""
     from triton.backends.compiler import GPUTarget
@@ -604,3 +588,24 @@ def compile_sm90a(next_n: int = 1, heads: int = 64, block_size: int = 64, *, lay
     source, maxnreg = sm90a_source(next_n, heads, block_size, layout=layout, ctx_2d=ctx_2d, exact=exact,
                                    config=config, clean=clean, bf16=bf16)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, maxnreg=maxnreg))
+
+
+def alignment(block_size: int) -> int:
+    """Bytes the cache's start must be a multiple of: TMA copies from 16-byte aligned addresses, the gather reads
+    fp32 words."""
+    return 4 if gathers(block_size) else 16
+
+
+def launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims, *, layout: str, precision: str,
+           support, config: HopperConfig | None, out: torch.Tensor, clean: bool = True):
+    """:func:`launch_hopper` on checked inputs with the launch rule's config by default, and the launch that repeats
+    it where the inputs were contiguous already (a repeat takes the caller's tensors' addresses)."""
+    if out.numel() == 0:
+        return out, None
+    exact = precision == "exact"
+    inputs = (q, weights, context_lens, block_tables)
+    contiguous = tuple(t.contiguous() for t in inputs)
+    repeat = launch_hopper(contiguous[0], kv_cache, *contiguous[1:], max_model_len, out, layout=layout, exact=exact,
+                           clean=clean, config=config or hopper_config(dims.batch, dims.next_n, exact=exact,
+                                                                       block_size=dims.block_size))
+    return out, repeat if all(a is b for a, b in zip(contiguous, inputs)) else None

@@ -31,11 +31,13 @@ or in a key's values gives NaN wherever it enters (docs/input-contract.md).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from .. import device  # first: sets TRITON_INTERPRET before the kernel below is decorated
 from ..contract import CallDims
-from .launch import LaunchConfig
+from .launch import LaunchConfig, default_config, dot_precision
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -333,3 +335,27 @@ def portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
         DOT=config.dot, CLEAN=clean, num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out
+
+
+# The MMA for each precision: fp8 values widened to fp16 (exact products, fp32 sums), or fp8. A LaunchConfig may ask
+# for fp16 on decoded values, the exact path a GPU without Triton's e4m3 type takes.
+_DOT = {"exact": "fp16", "fp8": "fp8"}
+
+
+def alignment(block_size: int) -> int:
+    """Bytes the cache's start must be a multiple of: the kernel reads the scales as fp32 words."""
+    return 4
+
+
+def launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims: CallDims, *, layout: str,
+           precision: str, support, config: LaunchConfig | None, out: torch.Tensor, clean: bool = True):
+    """:func:`portable_paged_mqa_logits` with ``config``'s MMA set for ``precision`` on ``support``'s device (the
+    launch rule's config by default); it keeps no launch to repeat."""
+    config = config or default_config(dims.batch)
+    if precision == "exact" and not support.fp8_types:
+        dot = "fp16-decode"
+    else:
+        dot = config.dot if dot_precision(config.dot) == precision else _DOT[precision]
+    config = dataclasses.replace(config, dot=dot)
+    return portable_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims,
+                                     layout=layout, config=config, out=out, clean=clean), None

@@ -15,6 +15,8 @@ import re
 import struct
 from pathlib import Path
 
+from ..internals import build_c_module, cluster_ctas, launch_metadata
+
 # How each scalar parameter type of a Triton signature is laid out in the kernel's parameter space.
 _FORMATS = {"i1": "<b", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u1": "<B", "u8": "<B", "u16": "<H",
             "u32": "<I", "u64": "<Q", "fp32": "<f", "fp64": "<d"}
@@ -23,11 +25,8 @@ _FORMATS = {"i1": "<b", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u1":
 @functools.cache
 def module():
     """The compiled module (built once per source and platform, then loaded from Triton's cache)."""
-    from triton.backends.nvidia.driver import include_dirs
-    from triton.runtime.build import compile_module_from_src
-
     source = Path(__file__).with_name("preset_launch.c").read_text()
-    return compile_module_from_src(source, "preshuffle_preset_launch", include_dirs=include_dirs)
+    return build_c_module(source, "preshuffle_preset_launch")
 
 
 def expanded_types(signature: dict) -> list[str]:
@@ -70,10 +69,11 @@ def parameters(types: list[str], values: tuple) -> tuple[tuple, tuple[int, ...]]
 def preset(compiled, values: tuple, grid: tuple[int, int], device: int):
     """``launch(stream, *addresses)`` for Triton's ``compiled`` kernel on ``grid``: ``values`` are its arguments
     in its signature's order, None where a call gives an address."""
-    if compiled.metadata.num_ctas != 1:
+    if cluster_ctas(compiled) != 1:
         raise ValueError("a preset launch takes kernels of one CTA a cluster")
-    params, slots = parameters(expanded_types(compiled.src.signature), values)
-    num_warps, _, shared = compiled.packed_metadata
+    meta = launch_metadata(compiled)
+    params, slots = parameters(expanded_types(meta["signature"]), values)
     mod = module()
-    capsule = mod.make(compiled.function, grid[0], grid[1], 32 * num_warps, shared, device, params, slots)
+    capsule = mod.make(meta["function"], grid[0], grid[1], 32 * meta["num_warps"], meta["shared"], device, params,
+                       slots)
     return functools.partial(mod.launch, capsule)

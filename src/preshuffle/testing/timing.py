@@ -29,7 +29,8 @@ def time_ms(fn, *, graph: bool = True, clean_l2: bool = False, warmup: int = 25,
     measure what the write-backs cost."""
     refuse_interpreter()
     import triton.testing
-    from triton.runtime import driver
+
+    from ..internals import reading_l2_flush
 
     if graph:
         fn()  # compile outside the capture
@@ -40,13 +41,8 @@ def time_ms(fn, *, graph: bool = True, clean_l2: bool = False, warmup: int = 25,
         fn = g.replay
     if not clean_l2:
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-    active = driver.active
-    writing = active.clear_cache
-    active.clear_cache = lambda cache: cache.sum()
-    try:
+    with reading_l2_flush():
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-    finally:
-        active.clear_cache = writing
 
 
 def host_us(fn, calls: int = 100, batch: int = 10) -> float:

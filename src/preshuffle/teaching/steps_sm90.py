@@ -1,10 +1,11 @@
-"""What Triton makes of chapter 3's chunked rungs for an H100/H200 (sm90a), read on any machine: each rung compiled
-with Triton's bundled ptxas, no GPU, at the launch the benchmark timed (64 heads, 64-token natural pages,
-next_n = 1, 4 warps, 5 stages), and read back from its TTGIR (Triton's GPU-level IR) and its SASS.
+"""What Triton makes of the chunked rungs (:data:`preshuffle.teaching.steps.RUNGS`) for an H100/H200 (sm90a), read on
+any machine: each rung compiled with Triton's bundled ptxas, no GPU, at the launch the benchmark timed (64 heads,
+64-token natural pages, next_n = 1, 4 warps, 5 stages), and read back from its TTGIR (Triton's GPU-level IR) and its
+SASS.
 
-The chapter claims things about the compiler (which loads Triton pipelines, where the keys live when they meet the
+The workbook claims things about the compiler (which loads Triton pipelines, where the keys live when they meet the
 MMA); :func:`evidence` is what the compiled code says about them. Compiling needs a process that does not interpret
-kernels, so :func:`rung_evidence` runs this module in a child process (``python -m preshuffle.kernels.steps_sm90``
+kernels, so :func:`rung_evidence` runs this module in a child process (``python -m preshuffle.teaching.steps_sm90``
 prints the same as JSON).
 """
 
@@ -17,7 +18,7 @@ import subprocess
 import sys
 
 from .. import device
-from .launch import CHUNK, NUM_STAGES, NUM_WARPS
+from ..kernels.launch import CHUNK, NUM_STAGES, NUM_WARPS
 
 HEADS, HEAD_DIM, BLOCK_SIZE = 64, 128, 64
 # The opcodes :func:`evidence` counts: the Hopper MMA; warp shuffles, shared-memory stores and barriers (data moved
@@ -26,7 +27,7 @@ OPCODES = ("HGMMA", "SHFL", "STS", "BAR", "FMUL")
 
 
 def compile_rung(*, keys_as_a: bool = False, scale_after_sum: bool = False, scales_ahead: bool = False):
-    """One rung of :data:`preshuffle.kernels.steps.RUNGS` compiled for sm90a; Triton's compiled kernel. Call it where
+    """One rung of :data:`preshuffle.teaching.steps.RUNGS` compiled for sm90a; Triton's compiled kernel. Call it where
     TRITON_INTERPRET is 0 (under the interpreter a kernel is no longer Triton's JIT function)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -117,7 +118,7 @@ def evidence(ttgir: str, sass_counts: dict | None = None, resources: dict | None
 
 
 def format_evidence(found: dict) -> str:
-    """One rung's :func:`evidence` as the chapter prints it, a line per question."""
+    """One rung's :func:`evidence` as a line per question."""
     def names(values):
         return ", ".join(values) if values else "none"
 
@@ -134,7 +135,8 @@ def format_evidence(found: dict) -> str:
 
 
 def _evidence_here() -> dict[str, dict]:
-    from . import sass, steps
+    from ..measure import sass
+    from . import steps
 
     found = {}
     for step, switches in steps.RUNGS.items():
@@ -144,14 +146,14 @@ def _evidence_here() -> dict[str, dict]:
 
 
 def rung_evidence() -> dict[str, dict]:
-    """:func:`evidence` of every rung of :data:`preshuffle.kernels.steps.RUNGS`, ``{step: evidence}``, compiled in a
+    """:func:`evidence` of every rung of :data:`preshuffle.teaching.steps.RUNGS`, ``{step: evidence}``, compiled in a
     child process that does not interpret kernels (a few seconds a rung when Triton's cache is cold)."""
     if not device.INTERPRETED:
         return _evidence_here()
     done = subprocess.run([sys.executable, "-m", __name__], capture_output=True, text=True,
                           env={**os.environ, "TRITON_INTERPRET": "0"})
     if done.returncode:
-        raise RuntimeError(f"compiling chapter 3's rungs for sm90a failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"compiling the chunked rungs for sm90a failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout)
 
 
@@ -164,8 +166,9 @@ HOPPER_OPCODES = ("QGMMA", "UTMALDG", "LDSM", "LDGSTS")  # fp8 WGMMA, TMA copies
 
 
 def _hopper_here() -> dict[str, dict]:
-    from . import hopper, sass
-    from .launch import HopperConfig
+    from ..kernels import hopper
+    from ..kernels.launch import HopperConfig
+    from ..measure import sass
 
     found = {}
     for label, (block_size, layout, stages) in HOPPER_LAUNCHES.items():

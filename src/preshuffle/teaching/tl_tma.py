@@ -1,7 +1,7 @@
-"""Chapter 5's first Hopper step, in plain Triton (``tl``): the cache read through a TMA tensor descriptor, fp8
-``tl.dot`` on the tiles, Triton's own software pipeline. Kernel block size 64, natural layout, next_n a power of
-two: enough to measure what TMA alone buys before the Gluon kernel (:mod:`.hopper`) adds a loader warp, an
-explicit mbarrier ring and every block size. Compiled only: the benchmark times it on a GPU.
+"""The first step towards the Hopper kernel, in plain Triton (``tl``): the cache read through a TMA tensor descriptor,
+fp8 ``tl.dot`` on the tiles, Triton's own software pipeline. Kernel block size 64, natural layout, next_n a power of
+two: enough to measure what TMA alone buys before the Gluon kernel (:mod:`.hopper`) adds a loader warp, an explicit
+mbarrier ring and every block size. Compiled only: the benchmark times it on a GPU.
 
 A 64-token block is exactly 66 rows of 128 bytes (64 rows of values, then 2 rows of scales), so the cache viewed
 as a 2-D fp8 tensor ``[num_blocks * 66, 128]`` holds page p's values at rows ``66p .. 66p + 63``.
@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .launch import CHUNK
+from ..kernels.launch import CHUNK
 
 
 @triton.jit

@@ -1,5 +1,5 @@
 """The indexer's last step: each query row keeps the positions of its k largest logits (DeepSeek-V3.2 keeps 2048),
-the tokens its sparse attention reads. The Triton kernels are :mod:`preshuffle.kernels.topk`.
+the tokens its sparse attention reads. The Triton kernels are :mod:`preshuffle.topk.portable`.
 
 **The selection.** Row ``r`` sees the leading positions the logits kernel's rule gives it
 (:func:`preshuffle.contract.kv_lengths`: with 1-D ``context_lens`` row ``b*next_n + j`` sees
@@ -19,8 +19,8 @@ Another implementation may break ties differently: :func:`is_top_k` accepts any 
 the k-th value and fills the rest with positions equal to it.
 
 **Kernels.** On an sm90 GPU (H100, H200) the selection runs the Gluon kernel of
-:mod:`preshuffle.kernels.topk_hopper` (a shared-memory histogram, thread-block clusters for few long rows); elsewhere,
-and under Triton's interpreter, the Triton kernels of :mod:`preshuffle.kernels.topk`. Both give the same set.
+:mod:`preshuffle.topk.hopper` (a shared-memory histogram, thread-block clusters for few long rows); elsewhere,
+and under Triton's interpreter, the Triton kernels of :mod:`preshuffle.topk.portable`. Both give the same set.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ import math
 
 import torch
 
-from . import device
-from .arguments import positive_int
-from .contract import kv_lengths
-from .kernels.topk import TopKConfig, default_config, launch_topk
-from .kernels.topk_hopper import MAX_K, HopperTopKConfig, launch_topk_hopper
-from .kernels.topk_hopper import default_config as hopper_default_config
+from .. import device
+from ..arguments import positive_int
+from ..contract import kv_lengths
+from .backends import check_owner, choose
+from .hopper import HopperTopKConfig
+from .portable import TopKConfig
 
 TOPK = 2048  # DeepSeek-V3.2's index_topk
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -88,15 +88,13 @@ def topk_reference(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TO
 
 
 def topk_launch(rows: int, width: int, k: int, dtype: torch.dtype = torch.float32, *,
-                hopper: bool | None = None) -> TopKConfig | HopperTopKConfig:
-    """The launch :func:`indexer_topk` takes by default for ``rows`` rows of logits ``width`` wide: the sm90 kernel's
-    (:func:`preshuffle.kernels.topk_hopper.default_config`) where ``hopper`` (default: this process runs on an sm90
-    GPU) and k is at most its limit, else the Triton kernels'."""
-    if hopper is None:
-        hopper = device.current_support().hopper
-    if hopper and k <= MAX_K and rows > 0 and width > 0:
-        return hopper_default_config(rows, width, 2 if dtype in (torch.bfloat16, torch.float16) else 4)
-    return default_config(width)
+                support: device.KernelSupport | None = None) -> TopKConfig | HopperTopKConfig:
+    """The launch :func:`indexer_topk` takes by default for ``rows`` rows of logits ``width`` wide: the default launch
+    of the first kernel of :data:`preshuffle.topk.backends.BACKENDS` that runs on ``support``'s device (default: this
+    process's) and takes the call: the sm90 kernel's (:func:`preshuffle.topk.hopper.default_config`) on an sm90 GPU
+    where k is at most its limit, else the Triton kernels'."""
+    backend = choose(support or device.current_support(), rows, width, k)
+    return backend.default(rows, width, 2 if dtype in (torch.bfloat16, torch.float16) else 4)
 
 
 def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK, *, check_values: bool = True,
@@ -109,8 +107,8 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
     batch * next_n``. ``context_lens``: int32, ``[batch]`` or ``[batch, next_n]``, as the logits kernel takes them.
     ``check_values`` reads the lengths on the host (a device sync) and refuses negative ones or ones past the
     logits' width; unchecked, a negative length sees nothing and a longer one the whole width. ``config`` sets the
-    launch: :class:`preshuffle.kernels.topk.TopKConfig` (the Triton kernels, any device) or
-    :class:`preshuffle.kernels.topk_hopper.HopperTopKConfig` (the sm90 kernel, an sm90 GPU only); by default
+    launch: :class:`preshuffle.topk.portable.TopKConfig` (the Triton kernels, any device) or
+    :class:`preshuffle.topk.hopper.HopperTopKConfig` (the sm90 kernel, an sm90 GPU only); by default
     :func:`topk_launch`'s. ``out``, an int32 ``[rows, k]`` contiguous tensor, receives the result."""
     k = positive_int(k, "k")
     if k >= 2 ** 31:
@@ -124,20 +122,9 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
         raise ValueError(f"context_lens is on {context_lens.device}, logits on {logits.device}: pass both on one "
                          f"device")
     device.require_kernel_devices(logits=logits, context_lens=context_lens)
-    if config is not None and not isinstance(config, (TopKConfig, HopperTopKConfig)):
-        raise TypeError(f"config must be a TopKConfig or a HopperTopKConfig, got {type(config).__name__}")
     rows, width = logits.shape
-    if isinstance(config, HopperTopKConfig):
-        support = device.current_support()
-        if not support.hopper:
-            raise ValueError(f"config is a HopperTopKConfig, for the sm90 kernel, which {support.device} cannot run: "
-                             f"pass a TopKConfig")
-        if k > MAX_K:
-            raise ValueError(f"k must be at most {MAX_K} for the sm90 kernel (config is a HopperTopKConfig), got {k}")
-        elem = 2 if logits.dtype != torch.float32 else 4
-        if config.reach(elem) < width:
-            raise ValueError(f"config reaches {config.reach(elem)} positions a row (cluster x segment), fewer than "
-                             f"the logits' {width}")
+    elem_bytes = logits.element_size()
+    backend = None if config is None else check_owner(config, device.current_support(), k, width, elem_bytes)
     if out is None:
         out = torch.empty(rows, k, dtype=torch.int32, device=logits.device)
     elif not isinstance(out, torch.Tensor) or out.dtype != torch.int32:
@@ -152,11 +139,10 @@ def indexer_topk(logits: torch.Tensor, context_lens: torch.Tensor, k: int = TOPK
         longest = int(kv_lengths(lens, next_n).max())
         if longest > width:
             raise ValueError(f"context_lens lets a row see {longest} positions, more than the logits' {width}")
-    config = config or topk_launch(rows, width, k, logits.dtype)
-    lengths = context_lens.contiguous().reshape(-1)
-    if isinstance(config, HopperTopKConfig):
-        return launch_topk_hopper(logits, lengths, out, k, next_n, ctx_2d, config)
-    return launch_topk(logits, lengths, out, k, next_n, ctx_2d, config)
+    if config is None:
+        backend = choose(device.current_support(), rows, width, k)
+        config = backend.default(rows, width, elem_bytes)
+    return backend.launch(logits, context_lens.contiguous().reshape(-1), out, k, next_n, ctx_2d, config)
 
 
 def _order_tiers(logits: torch.Tensor, lens: torch.Tensor):

@@ -6,7 +6,7 @@ import pytest
 import triton
 import triton.language as tl
 
-from preshuffle import exercises
+from preshuffle.teaching import exercises
 
 
 @pytest.mark.parametrize("name", exercises.CHECKERS)

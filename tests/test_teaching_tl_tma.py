@@ -3,7 +3,7 @@ refuses, before any descriptor is built."""
 
 import pytest
 
-from preshuffle.kernels.tl_tma import tl_tma_logits
+from preshuffle.teaching.tl_tma import tl_tma_logits
 from preshuffle.testing.inputs import random_problem
 
 

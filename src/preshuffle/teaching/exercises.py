@@ -1,4 +1,4 @@
-"""Chapter 3's exercises: four small Triton kernels for the reader to write, each with a checker that runs the
+"""Exercises on the logits kernel: four small Triton kernels for the reader to write, each with a checker that runs the
 reader's kernel on fresh random inputs (under Triton's interpreter on a CPU, in seconds) and compares every element
 with a reference computed here in PyTorch, exactly, or in float64 for the logits.
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from . import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
-from .arguments import non_negative_int
-from .cache import allocate_k_cache, write_k_cache
-from .testing.inputs import random_problem
-from .testing.numeric import compare_logits
+from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
+from ..arguments import non_negative_int
+from ..cache import allocate_k_cache, write_k_cache
+from ..testing.inputs import random_problem
+from ..testing.numeric import compare_logits
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -65,7 +65,7 @@ def _first_difference(got: torch.Tensor, want: torch.Tensor, names: tuple[str, .
 
 
 # 1. The -inf pattern: row j of a sequence with context_len tokens and next_n query rows sees positions
-# p <= context_len - next_n + j (chapter 3's first cell); the rest of its row is -inf.
+# p <= context_len - next_n + j (the reference's visibility rule); the rest of its row is -inf.
 
 @triton.jit
 def _visible_rows_answer(scores_ptr, out_ptr, context_len, L, NEXT_N: tl.constexpr, BLOCK: tl.constexpr):
@@ -142,7 +142,7 @@ def check_chunk_scales(kernel, seed: int = 0) -> Verdict:
 
 
 # 3. A preshuffled block: value (t, d) of a block of B tokens sits at byte
-# (t // 16) * 16 * D + (d // 16) * 256 + (t % 16) * 16 + d % 16 (chapter 1).
+# (t // 16) * 16 * D + (d // 16) * 256 + (t % 16) * 16 + d % 16 (:mod:`preshuffle.layout`).
 
 @triton.jit
 def _shuffled_block_answer(block_ptr, out_ptr, BLOCK_SIZE: tl.constexpr, D: tl.constexpr):

@@ -1,4 +1,4 @@
-"""The sm90 top-k kernel's selection (:mod:`preshuffle.kernels.topk_hopper`) step by step in PyTorch, on one row:
+"""The sm90 top-k kernel's selection (:mod:`preshuffle.topk.hopper`) step by step in PyTorch, on one row:
 the same 16-bit keys and bins, the coarse-then-fine threshold search, the scatter, the radix levels over the
 candidates' composite keys and the final ranking, with the kernel's list capacity and ranking limit, so that each
 path the kernel can take (the list, the radix levels, the slow path over the row) runs and is checked on the CPU.
@@ -126,7 +126,7 @@ def pass_checks(x: torch.Tensor, k: int, bits: int = 12, capacity: int = 960, ra
     values do and every position is counted once (load and count); the threshold bin holds the k-th largest value,
     with ``above`` positions over it (threshold); the positions over it are all selected and the bin's own are the
     candidates (scatter); the candidates settle the same set (candidates). Returns each verdict and the trace."""
-    from .topk import topk_reference
+    from .selection import topk_reference
 
     n = x.numel()
     if n <= k:

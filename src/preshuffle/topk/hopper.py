@@ -1,7 +1,7 @@
 """Top-k selection over the indexer's logits for Hopper (sm90), in Gluon: one pass over each row builds a histogram
 of its 16-bit keys in shared memory with atomics, a second over the same registers writes the winners, and a few
-hundred candidates at most settle the rest. The selection is the one :mod:`preshuffle.topk` defines, exactly (the
-same set as :mod:`preshuffle.kernels.topk`'s Triton kernels).
+hundred candidates at most settle the rest. The selection is the one :mod:`preshuffle.topk.selection` defines, exactly (the
+same set as :mod:`preshuffle.topk.portable`'s Triton kernels).
 
 A program (CTA) owns a segment of ``chunks * chunk`` positions of one row; ``cluster`` CTAs (a thread-block cluster)
 share a row whose logits are wider than one segment, and exchange histograms and candidates through distributed
@@ -9,7 +9,7 @@ shared memory. Per row:
 
 1. **Load and count.** Each CTA loads its segment once (16-byte loads, every chunk in flight before the first is
    used), packs each pair of logits into their 16-bit order keys (the value rounded to fp16: NaN as -inf, -0.0 as
-   +0.0; :func:`~preshuffle.kernels.smem_ptx.fp16_keys`) kept in registers, and adds every key's top ``bits`` bits to
+   +0.0; :func:`~preshuffle.topk.smem_ptx.fp16_keys`) kept in registers, and adds every key's top ``bits`` bits to
    a shared histogram, one ``red.shared.add`` a position.
 2. **Threshold.** The CTA's threads sum the histogram into 32 coarse bins; one warp scans the coarse bins (summed
    over the cluster's CTAs) for the coarse bin of the k-th largest key, then that bin's fine bins for the fine bin
@@ -38,9 +38,9 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.runtime.jit import constexpr_function
 
 from ..arguments import positive_int
+from ..internals import constexpr_function, gluon_source, load_compiled, run_compiled
 from . import smem_ptx
 from . import smem_ptx as px
 
@@ -691,14 +691,12 @@ def sm90a_source(config: HopperTopKConfig, ctx_2d: bool = False, dtype: str = "f
                  aligned: bool = True):
     """What a launch compiles: Gluon's source of the kernel (signature, constexprs and, where ``aligned``, the
     tensors 16-byte aligned and the row stride a multiple of 16, which lets its loads take 16 bytes)."""
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     elem_bytes = {"fp32": 4, "bf16": 2, "fp16": 2}[dtype]
     consts = constexprs(config, ctx_2d, elem_bytes, width)
     signature = {"x_ptr": f"*{dtype}", "x_stride": "i32", "ctx_ptr": "*i32", "out_ptr": "*i32", "k": "i32",
                  "width": "i32", "next_n": "i32", **dict.fromkeys(consts, "constexpr")}
     attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3)} if aligned else {}
-    return GluonASTSource(_topk_hopper_kernel, signature, consts, attrs)
+    return gluon_source(_topk_hopper_kernel, signature, consts, attrs)
 
 
 def compile_sm90a(config: HopperTopKConfig | None = None, ctx_2d: bool = False, dtype: str = "fp32",
@@ -725,7 +723,7 @@ def _aligned(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor) -> 
 
 def launch_topk_hopper(logits: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor, k: int, next_n: int,
                        ctx_2d: bool, config: HopperTopKConfig) -> torch.Tensor:
-    """Run the sm90 kernel on checked inputs (as :func:`preshuffle.kernels.topk.launch_topk` takes them): ``logits``
+    """Run the sm90 kernel on checked inputs (as :func:`preshuffle.topk.portable.launch_topk` takes them): ``logits``
     [rows, width] with unit column stride, ``lengths`` int32, ``out`` int32 [rows, k] contiguous. Each launch
     (options, logits type, lengths' rank, whole vectors, alignment, device) compiles once; a cluster launch is
     Triton's launcher making clusters of ``cluster`` CTAs of a kernel compiled for one."""
@@ -741,13 +739,12 @@ def launch_topk_hopper(logits: torch.Tensor, lengths: torch.Tensor, out: torch.T
     if compiled is None:
         with torch.cuda.device(logits.device):
             compiled = compile_sm90a(config, ctx_2d, dtype, width, aligned)
-            compiled._init_handles()
+            load_compiled(compiled)
         _COMPILED[key] = compiled
     consts = constexprs(config, ctx_2d, elem_bytes, width)
     stream = torch.cuda.current_stream(logits.device).cuda_stream
-    metadata = (compiled.metadata.num_warps, config.cluster, compiled.metadata.shared)
-    compiled.run(rows, 1, 1, stream, compiled.function, metadata, None, None, None, logits, logits.stride(0),
-                 lengths, out, k, width, next_n, *consts.values())
+    run_compiled(compiled, (rows, 1, 1), config.cluster, stream, logits, logits.stride(0), lengths, out, k, width,
+                 next_n, *consts.values())
     return out
 
 

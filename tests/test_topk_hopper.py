@@ -1,5 +1,5 @@
-"""The sm90 top-k kernel (preshuffle.kernels.topk_hopper): its launch options, its default launch, its algorithm's
-step-by-step model (preshuffle.topk_radix) against the float64 reference on every path, the kernel compiled for
+"""The sm90 top-k kernel (preshuffle.topk.hopper): its launch options, its default launch, its algorithm's
+step-by-step model (preshuffle.topk.radix) against the float64 reference on every path, the kernel compiled for
 sm90a without a GPU, and on an sm90 GPU the kernel itself against the reference."""
 
 import json
@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from preshuffle import device
-from preshuffle.kernels import smem_ptx, topk_hopper
-from preshuffle.kernels.topk import TopKConfig
-from preshuffle.kernels.topk_hopper import MAX_K, HopperTopKConfig, default_config
-from preshuffle.topk import indexer_topk, is_top_k, topk_launch, topk_reference
-from preshuffle.topk_radix import fp16_keys, fp32_keys, select
+from preshuffle.topk import hopper as topk_hopper, smem_ptx
+from preshuffle.topk.portable import TopKConfig
+from preshuffle.topk.hopper import MAX_K, HopperTopKConfig, default_config
+from preshuffle.topk.selection import indexer_topk, is_top_k, topk_launch, topk_reference
+from preshuffle.topk.radix import fp16_keys, fp32_keys, select
 
 HOPPER = device.current_support().hopper
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="the sm90 top-k kernel runs on an sm90 GPU only")
@@ -98,10 +98,11 @@ def test_default_launch_covers_the_width_and_fills_the_gpu(rows, width, elem):
 
 
 def test_the_dispatch_takes_the_sm90_kernel_on_hopper_only():
-    assert isinstance(topk_launch(64, 10624, 2048, hopper=True), HopperTopKConfig)
-    assert isinstance(topk_launch(64, 10624, 2048, torch.bfloat16, hopper=True), HopperTopKConfig)
-    assert isinstance(topk_launch(64, 10624, 2048, hopper=False), TopKConfig)
-    assert isinstance(topk_launch(64, 10624, MAX_K + 1, hopper=True), TopKConfig)  # k past its counters
+    sm90, cpu = device.kernel_support((9, 0)), device.kernel_support(None)
+    assert isinstance(topk_launch(64, 10624, 2048, support=sm90), HopperTopKConfig)
+    assert isinstance(topk_launch(64, 10624, 2048, torch.bfloat16, support=sm90), HopperTopKConfig)
+    assert isinstance(topk_launch(64, 10624, 2048, support=cpu), TopKConfig)
+    assert isinstance(topk_launch(64, 10624, MAX_K + 1, support=sm90), TopKConfig)  # k past its counters
     assert isinstance(topk_launch(64, 10624, 2048), HopperTopKConfig if HOPPER else TopKConfig)
 
 

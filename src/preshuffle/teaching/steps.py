@@ -1,7 +1,6 @@
-"""The kernel grown in steps, for the workbook's kernel chapter (chapter 3). Each step is a working Triton kernel
-checked against the reference there; the last step is :func:`preshuffle.kernels.fp8_paged_mqa_logits`. The
-chapter's steps 1 and 2 are the references in Python and PyTorch (:mod:`preshuffle.reference`); the Triton steps are
-numbered as the chapter numbers them.
+"""The logits kernel grown in steps, one idea each. Each step is a working Triton kernel, checked against the
+reference; the last step is :func:`preshuffle.kernels.fp8_paged_mqa_logits`. Steps 1 and 2 are the references in
+Python and PyTorch (:mod:`preshuffle.reference`); the Triton steps are numbered after them.
 
 Step 3 scores one query row against the tokens of one natural-layout block (:func:`one_block_logits`), then
 launches a grid of one such program per (sequence, block), the naive Triton kernel (next_n = 1, no split of the work
@@ -23,9 +22,9 @@ import torch
 from .. import device  # first: sets TRITON_INTERPRET before the kernels below are decorated
 from .. import source
 from ..contract import check_inputs
-from . import fp8_paged_mqa_logits
-from .launch import LaunchConfig, default_config, fixed_run
-from .portable import check_tiles
+from ..kernels import fp8_paged_mqa_logits
+from ..kernels.launch import LaunchConfig, default_config, fixed_run
+from ..kernels.portable import check_tiles
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -300,7 +299,7 @@ def checked_launch(step, q, kv_cache, weights, context_lens, block_tables, max_m
 def portable_logits(q, kv_cache, weights, context_lens, block_tables, max_model_len, *, layout="normal",
                     config: LaunchConfig | None = None):
     """Step 8: the package's portable kernel (kernels/portable.py) with exact products, on any device, with
-    ``config`` or its launch rule. (On an sm90 GPU the entry point would otherwise run chapter 5's Hopper kernel.)"""
+    ``config`` or its launch rule. (On an sm90 GPU the entry point would otherwise run the Hopper kernel.)"""
     dims = check_inputs(q, kv_cache, weights, context_lens, block_tables, max_model_len, layout)
     config = config or default_config(dims.batch)
     # The values are checked above: the entry point need not read them on the host again.

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from preshuffle import device
-from preshuffle.kernels.topk import MAX_TILE, TopKConfig, default_config, path_for
-from preshuffle.topk import indexer_topk, topk_reference
+from preshuffle.topk.portable import MAX_TILE, TopKConfig, default_config, path_for
+from preshuffle.topk.selection import indexer_topk, topk_reference
 
 DEV = device.KERNEL_DEVICE
 

@@ -1,10 +1,10 @@
-"""kernels/steps_sm90.py: chapter 3's chunked rungs compiled for sm90a without a GPU, and what their code says about
+"""teaching/steps_sm90.py: chapter 3's chunked rungs compiled for sm90a without a GPU, and what their code says about
 the chapter's claims."""
 
 import pytest
 
 from preshuffle import device
-from preshuffle.kernels import steps, steps_sm90
+from preshuffle.teaching import steps, steps_sm90
 
 
 @pytest.fixture(scope="module")

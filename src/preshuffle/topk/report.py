@@ -1,14 +1,14 @@
-"""Reading a run of ``benchmarks/topk_gpu.py`` (``results/h200-topk.json``): the comparisons chapter 6 makes.
-Torch-free: it needs the file, not the GPU."""
+"""Reading a run of ``benchmarks/topk_gpu.py`` (``results/h200-topk.json``): ours against vLLM's top-k and the
+reference, shape by shape. Torch-free: it needs the file, not the GPU."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from . import report
-from .report import RESULTS, _cell, provenance_line
-from .shapes import Shape
+from .. import report
+from ..report import RESULTS, _cell, provenance_line
+from ..shapes import Shape
 
 RESULTS_FILE = RESULTS / "h200-topk.json"
 VLLM_KERNELS = ("vllm persistent_topk", "vllm cooperative_topk", "vllm top_k_per_row_decode")

@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 from preshuffle import device
 from preshuffle.cache import sequence_slots
 from preshuffle.contract import kv_lengths
-from preshuffle.kernels.topk import default_config
-from preshuffle.topk import agreement, indexer_topk, is_top_k, row_lengths, selected_slots, topk_reference
+from preshuffle.topk.portable import default_config
+from preshuffle.topk.selection import agreement, indexer_topk, is_top_k, row_lengths, selected_slots, topk_reference
 
 DEV = device.KERNEL_DEVICE
 NAN, INF = math.nan, math.inf
@@ -206,7 +206,7 @@ def bad(**overrides):
     (dict(k=2 ** 31), ValueError, "k must be below 2"),
     (dict(out=torch.zeros(4, 8)), TypeError, "out must be an int32 tensor"),
     (dict(out=torch.zeros(4, 9, dtype=torch.int32)), ValueError, r"out must be a contiguous int32 tensor of shape"),
-    (dict(config="row"), TypeError, "config must be a TopKConfig"),
+    (dict(config="row"), TypeError, "config must be a HopperTopKConfig or a TopKConfig, got str"),
 ])
 def test_indexer_topk_refuses_bad_arguments(overrides, error, match):
     args = bad(**overrides)

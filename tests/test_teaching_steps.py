@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from preshuffle import contract, device
-from preshuffle.kernels import LaunchConfig, steps
-from preshuffle.kernels.steps import chunked_logits, one_block_logits, per_block_grid_logits, portable_logits
+from preshuffle.kernels import LaunchConfig
+from preshuffle.teaching import steps
+from preshuffle.teaching.steps import chunked_logits, one_block_logits, per_block_grid_logits, portable_logits
 from preshuffle.reference import fp8_paged_mqa_logits_ref, logits_magnitude
 from preshuffle.testing.inputs import key_record, random_problem, with_nan_key, with_nan_query, with_scale
 from preshuffle.testing.numeric import (RTOL, assert_bitwise_equal, check_logits, check_unchecked_logits,
@@ -204,7 +205,7 @@ def test_chunked_source_is_the_kernel_the_switches_run(switches, tmp_path, monke
     assert "KEYS_AS_A" not in text and "SCALES_AHEAD" not in text
     module = tmp_path / "printed_rung.py"
     module.write_text("import triton\nimport triton.language as tl\n"
-                      "from preshuffle.kernels.steps import _KEEP_NAN, _chunk_scales\n\n\n" + text + "\n")
+                      "from preshuffle.teaching.steps import _KEEP_NAN, _chunk_scales\n\n\n" + text + "\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import importlib
     printed = importlib.import_module("printed_rung")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from preshuffle import benchmark, device
-from preshuffle.kernels.page_read import page_read, page_read_reference, xor_fold, xor_groups
+from preshuffle.measure.page_read import page_read, page_read_reference, xor_fold, xor_groups
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing
 from preshuffle.testing.inputs import contiguous_block_tables, random_problem

@@ -1,5 +1,5 @@
-"""The row path of the top-k kernel (:mod:`preshuffle.kernels.topk`) in plain PyTorch, one step at a time, for
-chapter 6 to show and check each against the reference: the order keys, the 16-bit buckets, the bisection over
+"""The row path of the top-k kernel (:mod:`preshuffle.topk.portable`) in plain PyTorch, one step at a time, each
+to show and check against the reference: the order keys, the 16-bit buckets, the bisection over
 counts, the split into positions above the k-th value's bucket and candidates in it, and the bisection of the
 candidates on their fp32 keys."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .arguments import positive_int
+from ..arguments import positive_int
 
 NAN_KEY = -(2 ** 31) + 1  # below -inf's key, as in the kernel
 FP16_MAX = 65504.0
