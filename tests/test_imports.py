@@ -93,4 +93,4 @@ def harness(modules: set[str]) -> set[str]:
 def test_report_imports_no_harness():
     reached, imported = reached_from("preshuffle.report")
     assert not harness(imported | reached)
-    assert reached == {"preshuffle.report", "preshuffle.precision", "preshuffle.shapes"}
+    assert reached == {"preshuffle.report", "preshuffle.precision", "preshuffle.shapes", "preshuffle.provenance"}

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from preshuffle import provenance
 from preshuffle import vllm_call_report as vcr
 from preshuffle.shapes import Shape
 
@@ -16,13 +17,17 @@ def row(shape, who, width, us):
 ONE, FOUR = Shape(64, 1, 8192), Shape(64, 4, 8192)
 
 
+# The digest of the package's logits kernels as they are: a run of them.
+CURRENT = {"logits": {"roots": list(provenance.LOGITS), "sha256": provenance.source_digest(provenance.LOGITS)}}
+
+
 def record(deepgemm_four="deepgemm"):
     rows = [row(ONE, "ours", 100, [10.0, 11.0, 12.0]), row(ONE, "deepgemm", 100, [10.0, 10.0, 10.0]),
             row(ONE, "ours", 500, [20.0, 30.0, 10.0]), row(ONE, "deepgemm", 500, [10.0, 10.0, 10.0]),
             row(ONE, "ours-exact", 500, [40.0, 30.0, 20.0]),
             row(FOUR, "ours", 500, [30.0, 30.0, 30.0]), row(FOUR, deepgemm_four, 500, [20.0, 20.0, 20.0])]
     return {"provenance": {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "date": "2026-12-02T00:00",
-                           "git_commit": "abcdef0123"}, "deepgemm": {"branch": "nv_dev"}, "rounds": 3,
+                           "git_commit": "abcdef0123", "kernels": CURRENT}, "deepgemm": {"branch": "nv_dev"}, "rounds": 3,
             "vllm_max_model_len": 500, "rows": rows}
 
 
@@ -56,6 +61,16 @@ def test_the_headline_spans_native_rows_only_and_the_table_says_which_way_ratios
     # With every row flattened there is no native ratio to state.
     with pytest.raises(ValueError, match="no shape with ours and DeepGEMM both timed"):
         vcr.headline(record() | {"rows": [r for r in record()["rows"] if r["who"] == "ours"]})
+
+
+def test_the_table_refuses_a_run_of_other_kernels_than_the_packages():
+    other = record()
+    other["provenance"]["kernels"] = {"logits": {**CURRENT["logits"], "sha256": "0" * 64}}
+    with pytest.raises(ValueError, match="the main run is stale: its logits kernels' source has changed"):
+        vcr.results_table(record(), other)
+    del other["provenance"]["kernels"]
+    with pytest.raises(ValueError, match="the nv_dev run is stale: it records no digest"):
+        vcr.results_table(other)
 
 
 def test_splits_reads_the_launches_that_changed_only_the_split():

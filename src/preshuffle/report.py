@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+from . import provenance
 from .precision import PRECISIONS
 from .shapes import ANCHOR_SHAPES, MTP_SHAPES, VARIANTS, Shape
 
@@ -49,7 +50,12 @@ def load(path: str | Path = RESULTS / "h200.json") -> dict:
             record = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a results file (JSON): {error}") from None
-    return check_record(record, str(path))
+    check_record(record, str(path))
+    broken = provenance.broken_record_seals(record) if isinstance(record, dict) and provenance.SEAL_KEY in record else []
+    if broken:
+        raise ValueError(f"{path}: the seals of {', '.join(broken[:5])} do not match their numbers (edited after the "
+                         "run?)")
+    return record
 
 
 _READING = contextvars.ContextVar("reading", default=False)
@@ -458,8 +464,11 @@ def build_label(record: dict) -> str | None:
 
 
 def provenance_line(record: dict) -> str:
+    """Where and when ``record`` was measured; led by "STALE" where it no longer measures the package's kernels
+    (:func:`preshuffle.provenance.staleness`)."""
     p = record["provenance"]
-    line = (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
+    why = provenance.staleness(record)
+    line = (f"STALE ({why}): " if why else "") + (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
             f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}")
     if "copy_bytes_per_s" in record:
         line += f"; copy ceiling {record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from . import report
+from . import provenance, report
 from .shapes import Shape
 
 RUNS = {"nv_dev": report.RESULTS / "h200-vllm-call-nvdev.json", "main": report.RESULTS / "h200-vllm-call-main.json"}
@@ -112,7 +112,11 @@ def results_table(nv_dev: dict, main: dict | None = None, topk: dict | None = No
     """:func:`headline`, what the table holds, then one row per shape of ``nv_dev``'s run: ours beside DeepGEMM
     nv_dev at vLLM's call, the same beside DeepGEMM main in ``main``'s run (each ratio within its own run, as the
     median of its rounds with their spread), our exact path and 16-token pages over our fp8 call, and where ``topk``
-    has the shape our top-k over vLLM's fastest. Every ratio is a time over a time: under 1.00x, ours is faster."""
+    has the shape our top-k over vLLM's fastest. Every ratio is a time over a time: under 1.00x, ours is faster.
+    A run that no longer measures the package's kernels (:func:`preshuffle.provenance.staleness`) is refused."""
+    for name, run in (("nv_dev", nv_dev), ("main", main)):
+        if run is not None:
+            provenance.refuse_stale(run, f"the {name} run")
     others = {r["shape"]: r for r in summary(main)} if main else {}
     topk = topk or {}
     wide = nv_dev["vllm_max_model_len"]
