@@ -10,7 +10,8 @@ import torch
 from preshuffle import provenance, report
 from preshuffle.__main__ import committed_results
 from preshuffle.shapes import Shape
-from preshuffle.testing.inputs import _contexts
+from preshuffle.shapes import VARIANTS
+from preshuffle.testing.inputs import _contexts, benchmark_problem, input_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "results").glob("*.json"))
@@ -167,5 +168,31 @@ def test_each_seeded_rows_finite_logits_are_those_of_the_inputs_its_seed_builds(
 
 
 def test_the_scalar_loops_row_has_as_many_finite_logits_as_positions_it_ran():
-    loops = next(r for r in committed(ROOT / "results" / "h200.json")["rows"] if r.get("step") == "scalar loops (Python)")
+    rows = committed(ROOT / "results" / "h200.json")["rows"]
+    loops = next(r for r in rows if r.get("step") == "scalar loops (Python)")
     assert loops["finite"] == loops["positions"] < 10 ** 5
+
+
+def test_input_digest_names_bad_input():
+    with pytest.raises(TypeError, match="problem must be a PagedMQAProblem"):
+        input_digest(None)
+
+
+def smallest_digested_row():
+    rows = [(r, p) for p in RESULTS for r in committed(p).get("rows", []) if r.get("inputs_sha256")]
+    rows = [(r, p) for r, p in rows if r.get("variant", "block64-normal") in VARIANTS or "who" in r]
+    return min(rows, key=lambda rp: row_shape(rp[0]).batch * row_shape(rp[0]).avg_ctx * row_shape(rp[0]).next_n,
+               default=(None, None))
+
+
+def test_the_inputs_of_a_committed_row_rebuild_on_the_cpu_from_its_seed():
+    """The row of the smallest problem that records its inputs' digest: its inputs, built again here from its seed
+    (the benchmark draws them on the CPU whatever the device), are the bytes it was measured on."""
+    row, path = smallest_digested_row()
+    if row is None:
+        pytest.skip("no committed run records its inputs' digest yet (runs of benchmarks/vllm_call_gpu.py, "
+                    "benchmarks/topk_gpu.py or `python -m preshuffle bench` from this tree do)")
+    block_size, layout = VARIANTS.get(row.get("variant"), (16, "shuffle") if row.get("who") == "ours-block16-shuffle"
+                                      else (16, "normal") if row.get("who") == "ours-block16" else (64, "normal"))
+    problem = benchmark_problem(row_shape(row), block_size, layout, seed=row["seed"], device_name="cpu")
+    assert input_digest(problem) == row["inputs_sha256"], f"{path.name}: {row['shape']} {row.get('who')}"

@@ -55,6 +55,7 @@ def _bench(args) -> int:
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    save(record, None)  # sealed whole, now that every row is in
     from . import report
 
     print(report.provenance_line(record))
@@ -83,8 +84,8 @@ def committed_results() -> tuple:
 
     run = topk_report.load()
     fresh = run is not None and provenance.staleness(run, "topk") is None
-    topk = {r["shape"]: (r["ours_default_us"], r["vllm_best_us"]) for r in (topk_report.summary(run) if fresh else [])
-            if r["ours_default_us"] and r["vllm_best_us"]}
+    topk = {r["shape"]: (r["ours_default_us"], r["vllm_best_us"])
+            for r in (topk_report.summary(run) if fresh else []) if r["ours_default_us"] and r["vllm_best_us"]}
     return (vllm_call_report.load(vllm_call_report.RUNS["nv_dev"]), vllm_call_report.load(vllm_call_report.RUNS["main"]),
             topk)
 

@@ -181,10 +181,21 @@ def _python_function(obj):
     return None
 
 
+def _import_defining(roots) -> None:
+    """Import the package's modules that define ``roots`` (a kernel a run did not launch, such as the Hopper kernel
+    off an sm90 GPU, may not be imported yet)."""
+    import importlib
+
+    for path, text in package_files().items():
+        if any(isinstance(n, ast.FunctionDef) and n.name in roots for n in ast.parse(text).body):
+            importlib.import_module(_module_name(path))
+
+
 def runtime_texts(roots) -> list[tuple[str, str]]:
     """:func:`source_texts` from the kernels this process has imported (``inspect.getsource`` of each), following
     the names each one reads through its module's globals."""
     roots = _check_roots(roots)
+    _import_defining(roots)
     by_name: dict[str, list] = {}
     for name, module in list(sys.modules.items()):
         if not (name == "preshuffle" or name.startswith("preshuffle.")) or module is None:
