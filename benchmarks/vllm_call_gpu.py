@@ -218,7 +218,8 @@ def main(argv=None) -> int:
     build = deepgemm.build_info(dg) if dg is not None else None
     ceiling = timing.copy_bandwidth()
     record = {"provenance": benchmark.provenance("logits"),
-              "deepgemm": {**build.as_dict(), "label": build.label} if build else None, "contracts": CONTRACTS, "copy_bytes_per_s": ceiling, "rounds": args.rounds,
+              "deepgemm": {**build.as_dict(), "label": build.label} if build else None, "contracts": CONTRACTS,
+              "copy_bytes_per_s": ceiling, "rounds": args.rounds,
               "vllm_max_model_len": VLLM_MAX_MODEL_LEN, "rows": []}
     for index in args.shapes:
         shape = MEASURED_SHAPES[index]
