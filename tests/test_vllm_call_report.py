@@ -51,8 +51,8 @@ def test_the_headline_spans_native_rows_only_and_the_table_says_which_way_ratios
     text = vcr.results_table(record(), record("deepgemm-flattened"), {ONE: (30.0, 10.0)})
     headline, *rest = text.splitlines()
     assert headline == ("At vLLM's own call on an NVIDIA H200, our fp8 logits kernel's time over DeepGEMM nv_dev's "
-                        "(the build vLLM runs) is 2.00x at next_n = 1 and 1.50x at 4; our top-k's over vLLM's "
-                        "fastest, 3.00x.")
+                        "(the build vLLM runs) is 2.00x (rounds 1.00-3.00x) at next_n = 1 and 1.50x (rounds 1.50x) "
+                        "at 4.")
     assert "under 1.00x ours is faster" in text and "the median of 3 rounds" in text
     assert "commit abcdef0 (main's run: abcdef0)." in text
     assert "| 64, 1, 8K | 20.0 | 10.0 | 2.00x (1.00-3.00) | 10.0 | 2.00x | 2.00x | - | 3.00x |" in rest
@@ -61,6 +61,11 @@ def test_the_headline_spans_native_rows_only_and_the_table_says_which_way_ratios
     # With every row flattened there is no native ratio to state.
     with pytest.raises(ValueError, match="no shape with ours and DeepGEMM both timed"):
         vcr.headline(record() | {"rows": [r for r in record()["rows"] if r["who"] == "ours"]})
+
+
+def test_the_headline_refuses_a_run_of_too_few_rounds_for_a_spread():
+    with pytest.raises(ValueError, match="the run has 2 rounds: a headline ratio needs at least 3"):
+        vcr.headline(record() | {"rounds": 2})
 
 
 def test_the_table_refuses_a_run_of_other_kernels_than_the_packages():
