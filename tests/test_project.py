@@ -270,3 +270,30 @@ def test_run_hopper_heads_each_test_log_with_its_commit_gpu_and_versions(tmp_pat
     except ImportError:
         assert out.rstrip().endswith("[]")
     assert "PRESHUFFLE_HYPOTHESIS_PROFILE=gpu" in script and "-v $(parallel)" in script
+
+
+def test_the_gpu_profile_caps_every_hypothesis_test_its_own_settings_too():
+    import types
+
+    from hypothesis import given, settings, strategies
+
+    from tests.conftest import cap_examples
+
+    seen = []
+
+    @settings(max_examples=40, database=None)
+    @given(strategies.integers())
+    def many(x):
+        seen.append(x)
+
+    @settings(max_examples=3, database=None)
+    @given(strategies.integers())
+    def few(x):
+        seen.append(x)
+
+    cap_examples([types.SimpleNamespace(obj=many), types.SimpleNamespace(obj=few), types.SimpleNamespace()], 10)
+    many()
+    assert 0 < len(seen) <= 10
+    seen.clear()
+    few()
+    assert 0 < len(seen) <= 3
