@@ -112,11 +112,16 @@ def test_the_readme_table_shows_no_stale_run():
         assert provenance.staleness(report.load(ROOT / "results" / "h200-topk.json"), "topk") is None
 
 
-def test_a_stale_run_is_marked_where_its_provenance_is_printed():
+def test_a_stale_run_is_marked_where_the_command_line_prints_it(capsys):
+    from preshuffle.__main__ import main
+
     record = report.load(ROOT / "results" / "h200-vllm-call-nvdev.json")
-    assert not report.provenance_line(record).startswith("STALE")
+    assert report.stale_note(record) is None
     record["provenance"]["kernels"]["logits"]["sha256"] = "0" * 64
-    assert report.provenance_line(record).startswith("STALE (its logits kernels' source has changed since")
+    assert report.stale_note(record, "x.json").startswith(
+        "STALE: x.json no longer measures the package's kernels: its logits kernels' source has changed since")
+    assert main(["results", "--file", str(ROOT / "results" / "h200.json")]) == 0
+    assert "STALE: " + str(ROOT / "results" / "h200.json") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)

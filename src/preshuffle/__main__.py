@@ -66,10 +66,14 @@ def _bench(args) -> int:
 def _results(args) -> int:
     from . import report
 
-    if args.file and len(args.file) > 1:
-        print(report.builds_table([report.load(path) for path in args.file]))
-    elif args.file:
-        print(report.results_table(report.load(args.file[0])))
+    records = {path: report.load(path) for path in args.file or []}
+    if len(records) > 1:
+        print(report.builds_table(list(records.values())))
+    elif records:
+        print(report.results_table(*records.values()))
+    notes = [report.stale_note(record, path) for path, record in records.items()]
+    for note in filter(None, notes):
+        print(note, file=sys.stderr)
     else:
         from . import vllm_call_report
 

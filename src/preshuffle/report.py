@@ -463,12 +463,16 @@ def build_label(record: dict) -> str | None:
     return "DeepGEMM " + (f"{named} ({version})" if named and version else named or str(version))
 
 
-def provenance_line(record: dict) -> str:
-    """Where and when ``record`` was measured; led by "STALE" where it no longer measures the package's kernels
-    (:func:`preshuffle.provenance.staleness`)."""
-    p = record["provenance"]
+def stale_note(record: dict, source: str = "the run") -> str | None:
+    """A line saying that ``record`` no longer measures the package's kernels, and why
+    (:func:`preshuffle.provenance.staleness`); None while it does."""
     why = provenance.staleness(record)
-    line = (f"STALE ({why}): " if why else "") + (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
+    return f"STALE: {source} no longer measures the package's kernels: {why}" if why else None
+
+
+def provenance_line(record: dict) -> str:
+    p = record["provenance"]
+    line = (f"{p.get('gpu')} ({p.get('sms')} SMs, driver {p.get('driver')}, CUDA {p.get('cuda')}), torch {p['torch']}, "
             f"Triton {p['triton']}, measured {p['date']} at commit {str(p.get('git_commit'))[:10]}")
     if "copy_bytes_per_s" in record:
         line += f"; copy ceiling {record['copy_bytes_per_s'] / 1e12:.2f} TB/s measured in the same run"
