@@ -71,13 +71,12 @@ def _results(args) -> int:
         print(report.builds_table(list(records.values())))
     elif records:
         print(report.results_table(*records.values()))
-    notes = [report.stale_note(record, path) for path, record in records.items()]
-    for note in filter(None, notes):
-        print(note, file=sys.stderr)
     else:
         from . import vllm_call_report
 
         print(vllm_call_report.results_table(*committed_results()))
+    for note in filter(None, (report.stale_note(record, path) for path, record in records.items())):
+        print(note, file=sys.stderr)
     return 0
 
 
