@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from preshuffle import benchmark, deepgemm, deepgemm_compat, device
+from preshuffle import provenance as run_provenance
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import ANCHOR_SHAPES, Shape
 from preshuffle.testing import deepgemm_checks, timing
@@ -166,12 +167,12 @@ def main(argv=None) -> int:
         log.write(line + "\n")
         log.flush()
 
-    record = {"provenance": benchmark.provenance(), "deepgemm": build.as_dict() if build else None,
+    record = {"provenance": benchmark.provenance("logits"), "deepgemm": build.as_dict() if build else None,
               "contracts": {"fp32": CONTRACTS, "bf16": BF16_CONTRACTS}, "checks": [], "timings": []}
 
     def save():
         record["seconds"] = time.time() - started
-        (args.out_dir / f"{name}.json").write_text(json.dumps(record, indent=1))
+        (args.out_dir / f"{name}.json").write_text(json.dumps(run_provenance.seal_record(record), indent=1))
 
     say(f"{name}: {build.label if build else 'no DeepGEMM'}; {benchmark.provenance().get('gpu')}")
     for index, case in enumerate(cases(args.cases)):

@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from preshuffle import deepgemm
+from preshuffle import provenance as run_provenance
 from preshuffle.benchmark import host_parts, kernel_fn, provenance
 from preshuffle.shapes import Shape
 from preshuffle.testing import timing
@@ -73,7 +74,8 @@ def main(path: str, repeats: int = 3):
             timing.time_ms(deepgemm.logits_fn(dg, problem))
         rows += parts(problems, "after DeepGEMM timed", repeats)
     with open(path, "w") as f:
-        json.dump({"provenance": provenance(), "one_argument_launch_us": floor, "rows": rows}, f, indent=1)
+        json.dump(run_provenance.seal_record({"provenance": provenance("logits"), "one_argument_launch_us": floor,
+                                              "rows": rows}), f, indent=1)
 
 
 if __name__ == "__main__":

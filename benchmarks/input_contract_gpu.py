@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from preshuffle import contract
+from preshuffle import provenance as run_provenance
 from preshuffle.benchmark import host_parts, provenance
 from preshuffle.kernels import LaunchConfig, _kept_for, fp8_paged_mqa_logits
 from preshuffle.kernels.launch import config_for, hopper_config
@@ -233,13 +234,13 @@ def main(argv=None):
     parser.add_argument("--no-tests", action="store_true",
                         help="skip part 1 (where the whole test suite runs on the same GPU anyway)")
     args = parser.parse_args(argv)
-    result = {"provenance": provenance(), "base": BASE, "tests": None if args.no_tests else run_tests()}
+    result = {"provenance": provenance("logits"), "base": BASE, "tests": None if args.no_tests else run_tests()}
     if result["tests"] is not None:
         print(json.dumps({k: v for k, v in result["tests"].items() if k != "tail"}), flush=True)
     result["kernel_rows"] = kernel_rows(args.baseline, args.budget)
     result["host_rows"] = host_rows()
     result["seconds"] = elapsed()
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    Path(args.out).write_text(json.dumps(run_provenance.seal_record(result), indent=1))
     print(table(result))
 
 

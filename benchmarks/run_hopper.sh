@@ -30,14 +30,26 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 # pytest writes its root directory into the log: name it relative to the checkout.
 relative() { sed "s|$PWD|.|g"; }
+# What a log of the tests ran on, first in it: the commit (PRESHUFFLE_GIT_COMMIT where the copy has no git
+# metadata of its own), the GPU and the versions.
+log_header() {
+  echo "# commit ${PRESHUFFLE_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+  echo "# gpu $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  $python -c 'import platform, torch, triton
+print(f"# torch {torch.__version__}\n# triton {triton.__version__}\n# python {platform.python_version()}")'
+}
+# Every test, one line each (a log that names each test's outcome), in parallel where pytest-xdist is installed;
+# hypothesis's "gpu" profile (tests/conftest.py) draws fewer examples than CI's.
+parallel() { $python -c "import xdist" 2>/dev/null && echo "-n ${PYTEST_WORKERS:-16}"; }
 for step; do
   echo "== $step $(date -u +%T)"
   case $step in
     bench) $python -m preshuffle bench --against deepgemm --out "$out/${DEEPGEMM_RESULTS:-h200.json}" 2>&1 | tail -45 ;;
     deepgemm-test) $python benchmarks/deepgemm_test_gpu.py "$out" 2>&1 | tail -16 ;;
-    tests) $python -m pytest -p no:cacheprovider tests 2>&1 | relative | tee "$out/h200-pytest.log" | tail -6 ;;
-    nbval) $python -m pytest -p no:cacheprovider notebooks --nbval --nbval-current-env 2>&1 | relative \
-             | tee "$out/h200-nbval.log" | tail -6 ;;
+    tests) { log_header; PRESHUFFLE_HYPOTHESIS_PROFILE=gpu $python -m pytest -p no:cacheprovider -v $(parallel) \
+               tests 2>&1; } | relative | tee "$out/h200-pytest.log" | tail -6 ;;
+    nbval) { log_header; $python -m pytest -p no:cacheprovider -v notebooks --nbval --nbval-current-env 2>&1; } \
+             | relative | tee "$out/h200-nbval.log" | tail -6 ;;
     sweep) $python benchmarks/tune.py --kernel hopper --out "$out/h200-hopper-sweep.json" --shapes 1 7 \
              --shape 64 3 8192 --shape 256 3 8192 --programs-per-sm 1 2 4 8 16 --configs '{}' \
              '{"row_warpgroups": true}' '{"row_warpgroups": true, "maxnreg": 64}' \

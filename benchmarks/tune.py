@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from preshuffle import benchmark, deepgemm, report
+from preshuffle import provenance as run_provenance
 from preshuffle.kernels import HopperConfig, LaunchConfig
 from preshuffle.kernels.launch import config_for, dot_precision, hopper_maxnreg, splits_for
 from preshuffle.precision import PRECISIONS
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     dg = deepgemm.load() if args.against else None
     if args.against and dg is None:
         ap.error("--against deepgemm: deep_gemm does not import here")
-    record = {"provenance": benchmark.provenance(), "copy_bytes_per_s": timing.copy_bandwidth(), "rows": []}
+    record = {"provenance": benchmark.provenance("logits"), "copy_bytes_per_s": timing.copy_bandwidth(), "rows": []}
     for shape, variant in tqdm([(shape, v) for shape in shapes for v in args.variants]):
         problem = benchmark_problem(shape, *VARIANTS[variant])
         reference = problem.call(reference_and_magnitude)
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
         del problem
         torch.cuda.empty_cache()
         with open(args.out, "w") as f:
-            json.dump(record, f, indent=1)
+            json.dump(run_provenance.seal_record(record), f, indent=1)
     print(summary(record["rows"]))
     return record
 

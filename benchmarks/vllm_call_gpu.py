@@ -30,14 +30,14 @@ from pathlib import Path
 
 import torch
 
-from preshuffle import benchmark, deepgemm, deepgemm_compat
+from preshuffle import benchmark, deepgemm, deepgemm_compat, provenance
 from preshuffle.vllm_call_report import find, round_ratio
 from preshuffle.kernels import HopperConfig, fp8_paged_mqa_logits
 from preshuffle.kernels.launch import hopper_config
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import MEASURED_SHAPES, Shape
 from preshuffle.testing import timing
-from preshuffle.testing.inputs import benchmark_problem
+from preshuffle.testing.inputs import benchmark_problem, input_digest
 from preshuffle.testing.numeric import CONTRACTS, check_repeatable, compare_logits, meets_contract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,25 +87,28 @@ def calls(shape: Shape, dg, build, configs) -> tuple:
     """(tight problem, [(name, width, fn, row fields, (reference, precision))]) for one shape: ours through the
     compatible API and DeepGEMM at both widths, ours on the other paths at vLLM's width, and the extra launches at
     the tight width."""
-    problem = benchmark_problem(shape, 64, "normal")
+    problem = benchmark_problem(shape, 64, "normal", seed=benchmark.SEED)
+    inputs = {"seed": benchmark.SEED, "inputs_sha256": input_digest(problem)}  # the tight problem's, every width's
     reference = (problem.call(reference_and_magnitude), "fp8")
     slots = deepgemm_compat.get_num_sms()
     out = []
     for width in (problem.max_model_len, VLLM_MAX_MODEL_LEN):
         wide = widened(problem, width)
-        out.append(("ours", width, deepgemm.api_call(deepgemm_compat, wide, slots), {}, reference))
+        out.append(("ours", width, deepgemm.api_call(deepgemm_compat, wide, slots), inputs, reference))
         if dg is not None:
             direct = deepgemm.refusal(wide, build) is None
             dg_problem = wide if direct else deepgemm.flattened(wide)
             if deepgemm.refusal(dg_problem, build) is None:
                 out.append(("deepgemm" if direct else "deepgemm-flattened", width,
-                            deepgemm.logits_fn(dg, dg_problem, build), {}, reference))
+                            deepgemm.logits_fn(dg, dg_problem, build), inputs, reference))
     for who, block_size, layout, precision in OWN_VARIANTS:
-        own = problem if block_size == 64 else benchmark_problem(shape, block_size, layout)
+        own = problem if block_size == 64 else benchmark_problem(shape, block_size, layout, seed=benchmark.SEED)
         own_reference = reference[0] if own is problem else own.call(reference_and_magnitude)
+        own_inputs = inputs if own is problem else {"seed": benchmark.SEED, "inputs_sha256": input_digest(own)}
         wide = widened(own, VLLM_MAX_MODEL_LEN)
         out.append((who, VLLM_MAX_MODEL_LEN, deepgemm.api_call(deepgemm_compat, wide, slots, layout=layout,
-                                                                precision=precision), {}, (own_reference, precision)))
+                                                                precision=precision), own_inputs,
+                    (own_reference, precision)))
     for fields in configs:
         fields = dict(fields)
         pps = fields.pop("pps", None)
@@ -113,17 +116,18 @@ def calls(shape: Shape, dg, build, configs) -> tuple:
                                                                                                   [shape.next_n]):
             continue
         block_size, layout = fields.pop("block_size", 64), fields.pop("layout", "normal")
-        own, own_reference = problem, reference
+        own, own_reference, own_inputs = problem, reference, inputs
         if (block_size, layout) != (64, "normal"):
-            own = benchmark_problem(shape, block_size, layout)
+            own = benchmark_problem(shape, block_size, layout, seed=benchmark.SEED)
             own_reference = (own.call(reference_and_magnitude), "fp8")
+            own_inputs = {"seed": benchmark.SEED, "inputs_sha256": input_digest(own)}
         # The rule's launch for the shape (at pps programs an SM, if given), with the fields asked for.
         rule = hopper_config(shape.batch, shape.next_n, block_size=block_size, programs_per_sm=pps)
         config = HopperConfig(**{**asdict(rule), **fields})
         fn = (lambda p, c: lambda: p.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, config=c,
                                           clean_logits=False))(own, config)
         out.append(("ours-config", own.max_model_len, fn, {"config": asdict(config), "asked": fields, "pps": pps,
-                                                           "block_size": block_size, "layout": layout},
+                                                           "block_size": block_size, "layout": layout, **own_inputs},
                     own_reference))
     return problem, out
 
@@ -147,7 +151,7 @@ def measure_shape(shape: Shape, dg, build, configs, rounds: int, ceiling: float)
             row["us_median"] = statistics.median(row["us"])
             row["pct_copy"] = 100 * problem.bytes / (row["us_median"] * 1e-6) / ceiling
             row["bytes"] = problem.bytes
-    return [row for row, _ in rows]
+    return [provenance.seal(row) for row, _ in rows]
 
 
 def table(record: dict) -> str:
@@ -227,8 +231,9 @@ def main(argv=None) -> int:
     dg = deepgemm.load()
     build = deepgemm.build_info(dg) if dg is not None else None
     ceiling = timing.copy_bandwidth()
-    record = {"provenance": benchmark.provenance(), "deepgemm": {**build.as_dict(), "label": build.label} if build
-              else None, "contracts": CONTRACTS, "copy_bytes_per_s": ceiling, "rounds": args.rounds,
+    record = {"provenance": benchmark.provenance("logits"),
+              "deepgemm": {**build.as_dict(), "label": build.label} if build else None, "contracts": CONTRACTS,
+              "copy_bytes_per_s": ceiling, "rounds": args.rounds,
               "vllm_max_model_len": VLLM_MAX_MODEL_LEN, "rows": []}
     for index in args.shapes:
         shape = MEASURED_SHAPES[index]
@@ -238,7 +243,7 @@ def main(argv=None) -> int:
             record["rows"].append({"shape": asdict(shape), "who": "setup", "max_model_len": 0,
                                    "error": error_text()})
         record["seconds"] = time.time() - started
-        args.out.write_text(json.dumps(record, indent=1))
+        args.out.write_text(json.dumps(provenance.seal_record(record), indent=1))
         print(f"{shape.label} done at {record['seconds']:.0f} s", flush=True)
         torch.cuda.empty_cache()
     print(table(record))

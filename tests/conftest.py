@@ -13,10 +13,32 @@ from preshuffle.topk.hopper import HopperTopKConfig
 from preshuffle.shapes import Shape
 from preshuffle.testing.inputs import benchmark_problem
 
-# Reproducible examples in CI; no deadline, since interpreter timings vary with the machine's load.
+# Reproducible examples in CI; no deadline, since interpreter timings vary with the machine's load. On the GPU
+# (benchmarks/run_hopper.sh tests) each compiled launch costs seconds: fewer examples, still reproducible.
 settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+GPU_EXAMPLES = 10
+settings.register_profile("gpu", max_examples=GPU_EXAMPLES, derandomize=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+PROFILE = os.environ.get("PRESHUFFLE_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+if PROFILE not in ("ci", "dev", "gpu"):
+    raise ValueError(f"PRESHUFFLE_HYPOTHESIS_PROFILE must be ci, dev or gpu, got {PROFILE!r}")
+settings.load_profile(PROFILE)
+
+
+def cap_examples(items, limit: int) -> None:
+    """Hold every hypothesis test of ``items`` to at most ``limit`` examples, its own ``@settings`` included (a
+    profile sets only the default)."""
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)  # where @given reads them at call time
+        if own is not None and own.max_examples > limit:
+            test._hypothesis_internal_use_settings = settings(own, max_examples=limit)
+
+
+def pytest_collection_modifyitems(config, items):
+    if PROFILE == "gpu":
+        cap_examples(items, GPU_EXAMPLES)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from preshuffle import benchmark, deepgemm, device, report
+from preshuffle import benchmark, deepgemm, device, provenance, report
 from preshuffle.kernels import launch
 from preshuffle.reference import reference_and_magnitude
 from preshuffle.shapes import ANCHOR_SHAPES, MTP_SHAPES, VARIANTS, Shape
@@ -87,7 +87,8 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     monkeypatch.setattr(benchmark, "LADDER_SHAPES", (shape,))
     monkeypatch.setattr(benchmark, "HOST_SHAPES", (shape,))
     monkeypatch.setattr(benchmark, "benchmark_problem",
-                        lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=16))
+                        lambda s, block_size, layout, **kw: inputs.benchmark_problem(s, block_size, layout, heads=16,
+                                                                                     **kw))
     record = benchmark.run([shape], ("block1", "block64-normal"))
     rows = record["rows"]
     loops = [r for r in rows if r["kernel"] == "loops"]
@@ -107,8 +108,14 @@ def test_run_measures_every_cache_and_precision_and_report_reads_it(monkeypatch,
     assert [s["step"] for s in report.ladder(record, shape, chapter=3)][-1] == "scales a chunk ahead"
     # The portable kernel launches through Triton's JIT every call: no kept launch whose parts to time alone.
     # The call's time and its profile are one measurement.
-    assert record["host_us"] == [{"shape": {"batch": 2, "next_n": 1, "avg_ctx": 100}, "kernel": "portable", "us": 9.5,
-                                  "parts": {"call_through_problem": 9.0, "call_with_out": 9.0}, "profile": profile}]
+    assert [{k: v for k, v in h.items() if k != "sha256"} for h in record["host_us"]] == [
+        {"shape": {"batch": 2, "next_n": 1, "avg_ctx": 100}, "kernel": "portable", "us": 9.5,
+         "parts": {"call_through_problem": 9.0, "call_with_out": 9.0}, "profile": profile}]
+    # Tied to its code and inputs: the kernels' digest, each row's seed and inputs, every figure sealed.
+    assert record["provenance"]["kernels"] == provenance.kernels_record("bench")
+    assert provenance.broken_record_seals(record) == []
+    block1 = inputs.benchmark_problem(shape, 1, "normal", heads=16, seed=benchmark.SEED)
+    assert {r["inputs_sha256"] for r in rows if r["variant"] == "block1"} == {inputs.input_digest(block1)}
     assert record["timer_floor_us"] == 4.0
     summary = report.summary(record)[0]
     assert summary["block1_over_block64"] == 1.0 and summary["deepgemm_us"] is None
@@ -130,7 +137,8 @@ def test_run_times_deepgemm_natively_where_its_build_takes_next_n_and_flattened_
     calls = stand_in_deepgemm.calls
     monkeypatch.setattr(deepgemm, "load", lambda: stand_in_deepgemm)
     monkeypatch.setattr(benchmark, "benchmark_problem",
-                        lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=32))
+                        lambda s, block_size, layout, **kw: inputs.benchmark_problem(s, block_size, layout, heads=32,
+                                                                                     **kw))
     shapes = [Shape(2, 1, 100), Shape(2, 3, 100), Shape(2, 4, 100)]
     record = benchmark.run(shapes, ("block64-normal",), steps=False, torch_baseline=False)
     assert record["deepgemm"] == {"version": "2.5.0", "branch": branch, "commit": "0123abc", "source": "environment"}

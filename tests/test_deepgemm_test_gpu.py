@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from preshuffle import benchmark, deepgemm, device
+from preshuffle import benchmark, deepgemm, device, provenance
 from preshuffle.report import RESULTS
 from preshuffle.shapes import Shape
 from preshuffle.testing import deepgemm_checks, inputs, timing
@@ -32,6 +32,8 @@ def test_the_script_checks_every_case_times_both_and_writes_json_and_a_log(load_
                         lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=32))
     assert script.main([str(tmp_path), "--reruns", "2"]) == 0
     record = json.loads((tmp_path / "deepgemm-test-main.json").read_text())
+    assert record["provenance"]["kernels"] == provenance.kernels_record("logits")
+    assert provenance.broken_record_seals(record) == []
     assert record["deepgemm"]["commit"] == "54e2261" and record["provenance"]["torch"] == torch.__version__
     first, second = record["checks"]
     assert first["ours"]["passed"] and first["deepgemm"]["passed"]

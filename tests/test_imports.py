@@ -98,7 +98,7 @@ def harness(modules: set[str]) -> set[str]:
 def test_report_imports_no_harness():
     reached, imported = reached_from("preshuffle.report")
     assert not harness(imported | reached)
-    assert reached == {"preshuffle.report", "preshuffle.precision", "preshuffle.shapes"}
+    assert reached == {"preshuffle.report", "preshuffle.precision", "preshuffle.shapes", "preshuffle.provenance"}
 
 
 # The package's rooms, lowest first (docs/package.md draws them): a module imports from its own room or from lower
@@ -118,7 +118,7 @@ LAYERS = [
     ("teaching", {"preshuffle.teaching", "preshuffle.teaching.", "preshuffle.source", "preshuffle.topk.steps",
                   "preshuffle.topk.radix"}),
     ("runs and their reading", {"preshuffle.benchmark", "preshuffle.deepgemm", "preshuffle.report",
-                                "preshuffle.vllm_call_report", "preshuffle.topk.report"}),
+                                "preshuffle.vllm_call_report", "preshuffle.topk.report", "preshuffle.provenance"}),
     ("workbook and command line", {"preshuffle", "preshuffle.plots", "preshuffle.widgets", "preshuffle.__main__"}),
 ]
 

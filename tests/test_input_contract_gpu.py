@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from preshuffle import device
+from preshuffle import device, provenance
 from preshuffle.kernels import launch
 from preshuffle.shapes import Shape
 from preshuffle.testing import inputs, timing
@@ -35,6 +35,8 @@ def test_the_script_times_the_kernels_as_they_are_and_were_and_writes_json(load_
                         lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=16))
     script.main([str(tmp_path / "out.json"), "--baseline", str(baseline)])
     record = json.loads((tmp_path / "out.json").read_text())
+    assert record["provenance"]["kernels"] == provenance.kernels_record("logits")
+    assert provenance.broken_record_seals(record) == []
     assert record["base"] == script.BASE and record["tests"]["passed"] == 3
     portable, hopper = record["kernel_rows"]
     assert portable["now_us"] == portable["before_us"] == 250.0 and portable["change_pct"] == 0.0

@@ -244,6 +244,36 @@ def test_fp8_paged_mqa_logits_unchecked_lengths_past_the_table_give_nan(block_si
     check_unchecked(problem, context_lens=lens)
 
 
+@UNCHECKED_VARIANTS
+def test_fp8_paged_mqa_logits_unchecked_int32_max_length_gives_nan_past_the_table(block_size, layout, next_n):
+    """A length of 2**31 - 1 (as far as an int32 length goes): each row sees every position below max_model_len,
+    NaN from where its table row ends (and at the unwritten slots of its last block: scale 0), no position wraps."""
+    problem = random_problem([150, 70, 129], next_n=next_n, heads=16, block_size=block_size, layout=layout, seed=14,
+                             max_model_len=512, device=DEV)
+    lens = problem.context_lens.clone()
+    lens[1] = 2**31 - 1
+    check_unchecked(problem, context_lens=lens)
+    bad = problem.replace(context_lens=lens)
+    out = bad.call(fp8_paged_mqa_logits, check_values=False, **PORTABLE)
+    rows = out[next_n:2 * next_n]
+    capacity = problem.block_tables.shape[1] * block_size
+    assert not torch.isneginf(rows).any() and torch.isnan(rows[:, capacity:]).all()
+
+
+def test_fp8_paged_mqa_logits_unchecked_length_past_the_written_keys_reads_what_the_slots_hold():
+    """A length past a sequence's keys but within its table row reads the slots there: NaN where a slot was never
+    written (a zeroed cache's scale 0), a finite logit of whatever key a slot holds where its table entry names a
+    written block (here the table's padding, block 0, whose first 8 slots hold sequence 1's last keys)."""
+    problem = random_problem([20, 40], next_n=1, heads=16, block_size=16, seed=15, spare_columns=1,
+                             max_model_len=80, device=DEV)
+    lens = torch.tensor([40, 40], dtype=torch.int32, device=problem.context_lens.device)
+    out = problem.replace(context_lens=lens).call(fp8_paged_mqa_logits, check_values=False, **PORTABLE)
+    check_unchecked(problem, context_lens=lens)
+    assert problem.block_tables[0, 2] == 0 and problem.block_tables[1, 2] == 0  # the premise: seed 15's draw
+    assert torch.isnan(out[0, 20:32]).all()  # sequence 0's second block, past its 20 keys
+    assert torch.isfinite(out[0, 32:40]).all()  # its padding entry: block 0, written by sequence 1
+
+
 def test_fp8_paged_mqa_logits_unchecked_empty_table_gives_nan():
     problem = random_problem([40, 7], next_n=2, heads=16, block_size=16, seed=13, device=DEV)
     check_unchecked(problem, block_tables=problem.block_tables[:, :0])

@@ -6,7 +6,9 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from preshuffle import report, vllm_call_report
+import pytest
+
+from preshuffle import provenance, report, vllm_call_report
 from preshuffle.__main__ import committed_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,21 +108,91 @@ def test_every_path_a_file_names_exists():
     assert not missing, missing
 
 
-def test_h200_logs_ran_every_notebook_and_the_compiled_kernels_tests():
-    """results/h200-nbval.log and results/h200-pytest.log, from the H200: every notebook ran there, and so did every
-    test of the Hopper kernel, which has no interpreter."""
-    nbval = (ROOT / "results" / "h200-nbval.log").read_text()
+# A whole log of pytest on the GPU (benchmarks/run_hopper.sh, steps tests and nbval): its header, the count
+# collected, an outcome line per test (-v; under pytest-xdist each led by its worker) and the final summary.
+HEADER = re.compile(r"^# (commit|gpu|torch|triton|python) (\S.*)$", re.M)
+COLLECTED = re.compile(r"^(?:collected (\d+) items?(?: / \d+ deselected / (\d+) selected)?|(?:created: \d+/\d+ "
+                       r"workers\n)?\d+ workers \[(\d+) items?\])\s*$", re.M)
+OUTCOME = re.compile(r"^(?:\[gw\d+\] \[\s*\d+%\] (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) (\S+(?: \d+)?)$|"
+                     r"(\S+::.+?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\s+\[\s*\d+%\])", re.M)
+SUMMARY = re.compile(r"^=+ ((?:\d+ \w+(?:, )?)+) in [\d.]+s(?: \([\d:]+\))? =+$")
+
+
+def whole_log(text: str) -> dict:
+    """The header, outcome of each test and counts of a pytest log; AssertionError where the log is cut short, a
+    test failed or erred, or the counts do not add up to what was collected."""
+    header = dict(HEADER.findall(text))
+    assert {"commit", "gpu", "torch", "triton"} <= set(header), f"the log's header lacks fields: {header}"
+    collected = COLLECTED.findall(text)
+    assert len(collected) == 1, f"expected one line of the tests collected, got {collected}"
+    total = int(next(n for n in reversed(collected[0]) if n))
+    last = text.rstrip().splitlines()[-1] if text.strip() else ""
+    summary = SUMMARY.match(last)
+    assert summary, f"the log does not end with pytest's summary line: {last[-120:]!r}"
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", summary.group(1))}
+    bad = {k: v for k, v in counts.items() if k in ("failed", "error", "errors", "xpassed") and v}
+    assert not bad, f"the run did not pass whole: {summary.group(1)}"
+    ran = sum(counts.get(k, 0) for k in ("passed", "skipped", "xfailed"))
+    assert ran == total, f"{ran} tests passed, skipped or xfailed, but {total} were collected"
+    outcomes = {m[1] or m[2]: m[0] or m[3] for m in OUTCOME.findall(text)}
+    assert len(outcomes) == total, f"{len(outcomes)} tests have an outcome line, {total} were collected"
+    return {"header": header, "total": total, "counts": counts, "outcomes": outcomes}
+
+
+GOOD_LOG = """# commit 0123456789abcdef0123456789abcdef01234567
+# gpu NVIDIA H200
+# torch 2.11.0+cu130
+# triton 3.6.0
+============================= test session starts ==============================
+created: 16/16 workers
+16 workers [3 items]
+
+[gw0] [ 33%] PASSED tests/test_kernels_hopper.py::test_a
+[gw1] [ 66%] PASSED tests/test_kernels_hopper.py::test_b
+[gw0] [100%] SKIPPED tests/test_x.py::test_c
+========================= 2 passed, 1 skipped in 10.00s ========================="""
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.rsplit("\n", 1)[0], "does not end with pytest's summary line"),
+    (lambda t: t.replace("2 passed, 1 skipped", "1 failed, 1 passed, 1 skipped"), "did not pass whole"),
+    (lambda t: t.replace("2 passed, 1 skipped", "1 passed, 1 skipped"), "2 tests passed, skipped or xfailed, but 3"),
+    (lambda t: t.replace("# gpu NVIDIA H200\n", ""), "header lacks fields"),
+    (lambda t: t.replace("16 workers [3 items]", ""), "one line of the tests collected"),
+    (lambda t: t.replace("[gw1] [ 66%] PASSED tests/test_kernels_hopper.py::test_b\n", ""), "have an outcome line"),
+])
+def test_a_log_cut_short_failed_or_unheaded_is_no_whole_log(edit, message):
+    log = whole_log(GOOD_LOG)
+    assert log["total"] == 3 and log["outcomes"]["tests/test_kernels_hopper.py::test_b"] == "PASSED"
+    assert whole_log(GOOD_LOG.replace("created: 16/16 workers\n16 workers [3 items]", "collected 3 items")) == log
+    nbval = "notebooks/01_a.ipynb::Cell 0 PASSED                                [ 50%]"
+    assert OUTCOME.findall(nbval) == [("", "", "notebooks/01_a.ipynb::Cell 0", "PASSED")]
+    with pytest.raises(AssertionError, match=message):
+        whole_log(edit(GOOD_LOG))
+
+
+def committed_log(name: str) -> dict:
+    log = whole_log((ROOT / "results" / name).read_text())
+    assert "H200" in log["header"]["gpu"], log["header"]
+    ancestor = provenance.is_ancestor(log["header"]["commit"])
+    assert ancestor in (True, None), f"{name}: commit {log['header']['commit']} is not an ancestor of HEAD"
+    return log
+
+
+def test_h200_logs_ran_every_notebook_and_every_test_whole():
+    """results/h200-nbval.log and results/h200-pytest.log, from the H200: each a whole run that passed, every
+    notebook ran there, and so did every test of the Hopper kernel, which has no interpreter."""
+    nbval = committed_log("h200-nbval.log")
     notebooks = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
-    assert {name for name in notebooks if f"notebooks/{name} " in nbval} == notebooks
-    # One cell failed there: it printed the kernel's error, whose last digit differs from the CPU's. It now prints
-    # the bound it asserts.
-    assert re.findall(r"^FAILED (\S+)", nbval, re.M) == ["notebooks/06_logits_to_tokens.ipynb::Cell"]
+    assert {name.split("::")[0].removeprefix("notebooks/") for name in nbval["outcomes"]} == notebooks
+    tests = committed_log("h200-pytest.log")
+    hopper = [outcome for name, outcome in tests["outcomes"].items() if name.startswith("tests/test_kernels_hopper.py")]
+    assert set(hopper) == {"PASSED"} and len(hopper) > 50
+
+
+def test_chapter_6_prints_the_bound_it_asserts_not_a_last_digit_the_gpu_changes():
     chapter_6 = "".join("".join(c["source"]) for c in notebook_cells("06_logits_to_tokens.ipynb"))
     assert "{verdict['max_rel_error']:.1e} of each logit" not in chapter_6
-    pytest_log = (ROOT / "results" / "h200-pytest.log").read_text()
-    hopper = re.search(r"^tests/test_kernels_hopper\.py ([.FEsx]+)\s+\[.*?\]\n([.FEsx]+)\s+\[", pytest_log, re.M)
-    results = hopper.group(1) + hopper.group(2)
-    assert set(results) == {"."} and len(results) > 50
 
 
 def notebook_cells(name: str) -> list[dict]:
@@ -186,3 +258,58 @@ def test_chapters_5_and_6_print_their_kernels_code():
     assert len(_kernel_code_cells(chapter_6, "gl.")) >= 4
     text = "".join("".join(c["source"]) for c in chapter_6)
     assert all(name in text for name in ("topk_radix.pass_checks", "plots.topk_passes_plot", "topk_report.variants"))
+
+
+def test_run_hopper_heads_each_test_log_with_its_commit_gpu_and_versions(tmp_path):
+    """benchmarks/run_hopper.sh's log_header and parallel, run alone (a stand-in nvidia-smi): a header whole_log
+    reads, and -n only where pytest-xdist imports."""
+    import sys
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
+    fake.chmod(0o755)
+    script = (ROOT / "benchmarks" / "run_hopper.sh").read_text()
+    functions = "\n".join(re.search(rf"^{name}\(\) {{.*?^}}$|^{name}\(\) {{.*?}}$", script, re.M | re.S).group(0)
+                          for name in ("log_header", "parallel"))
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "PRESHUFFLE_GIT_COMMIT": "0123abc"}
+    out = subprocess.run(["bash", "-c", f"python={sys.executable}\n{functions}\nlog_header; echo \"[$(parallel)]\""],
+                         capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
+    header = dict(HEADER.findall(out))
+    import torch
+    import triton
+
+    assert header == {"commit": "0123abc", "gpu": "NVIDIA H200", "torch": torch.__version__,
+                      "triton": triton.__version__, "python": header["python"]}
+    try:
+        import xdist  # noqa: F401
+        assert out.rstrip().endswith("[-n 16]")
+    except ImportError:
+        assert out.rstrip().endswith("[]")
+    assert "PRESHUFFLE_HYPOTHESIS_PROFILE=gpu" in script and "-v $(parallel)" in script
+
+
+def test_the_gpu_profile_caps_every_hypothesis_test_its_own_settings_too():
+    import types
+
+    from hypothesis import given, settings, strategies
+
+    from tests.conftest import cap_examples
+
+    seen = []
+
+    @settings(max_examples=40, database=None)
+    @given(strategies.integers())
+    def many(x):
+        seen.append(x)
+
+    @settings(max_examples=3, database=None)
+    @given(strategies.integers())
+    def few(x):
+        seen.append(x)
+
+    cap_examples([types.SimpleNamespace(obj=many), types.SimpleNamespace(obj=few), types.SimpleNamespace()], 10)
+    many()
+    assert 0 < len(seen) <= 10
+    seen.clear()
+    few()
+    assert 0 < len(seen) <= 3

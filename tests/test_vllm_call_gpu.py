@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from preshuffle import benchmark, deepgemm, device
+from preshuffle import benchmark, deepgemm, device, provenance
 from preshuffle.kernels import launch
 from preshuffle.shapes import Shape
 from preshuffle.testing import inputs, timing
@@ -63,7 +63,8 @@ def test_the_script_checks_both_widths_times_them_in_rounds_and_writes_json(load
     monkeypatch.setattr(script, "MEASURED_SHAPES", (Shape(2, 1, 100), Shape(2, 3, 100)))
     monkeypatch.setattr(script, "VLLM_MAX_MODEL_LEN", 512)
     monkeypatch.setattr(script, "benchmark_problem",
-                        lambda s, block_size, layout: inputs.benchmark_problem(s, block_size, layout, heads=32))
+                        lambda s, block_size, layout, **kw: inputs.benchmark_problem(s, block_size, layout, heads=32,
+                                                                                     **kw))
     out = tmp_path / "v.json"
     assert script.main([str(out), "--rounds", "2", "--configs", '{"stages": 6, "next_n": [3]}',
                         '{"splits": 3, "batch": [4]}', '{"block_size": 16, "layout": "shuffle", "next_n": [1]}']) == 0
@@ -94,3 +95,11 @@ def test_the_script_checks_both_widths_times_them_in_rounds_and_writes_json(load
     table = capsys.readouterr().out
     assert "B=2 next_n=3 ctx=100" in table and "1.00x [1.00, 1.00] (flattened)" in table
     assert "Width 512 is vLLM's max_context_len" in table and "ours-block16-shuffle" in table
+    # What ties the run to its code and inputs: the kernels' digest, each row's seed and inputs, every figure sealed.
+    assert record["provenance"]["kernels"] == provenance.kernels_record("logits")
+    assert provenance.broken_record_seals(record) == []
+    for who, block_size, layout in (("ours", 64, "normal"), ("ours-block16-shuffle", 16, "shuffle")):
+        row = rows[(3, who, True)]
+        rebuilt = inputs.benchmark_problem(Shape(2, 3, 100), block_size, layout, heads=32, seed=row["seed"])
+        assert row["seed"] == benchmark.SEED and row["inputs_sha256"] == inputs.input_digest(rebuilt)
+    assert rows[(3, "ours", True)]["inputs_sha256"] != rows[(3, "ours-block16", True)]["inputs_sha256"]

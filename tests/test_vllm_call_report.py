@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from preshuffle import provenance
 from preshuffle import vllm_call_report as vcr
 from preshuffle.shapes import Shape
 
@@ -16,13 +17,17 @@ def row(shape, who, width, us):
 ONE, FOUR = Shape(64, 1, 8192), Shape(64, 4, 8192)
 
 
+# The digest of the package's logits kernels as they are: a run of them.
+CURRENT = {"logits": {"roots": list(provenance.LOGITS), "sha256": provenance.source_digest(provenance.LOGITS)}}
+
+
 def record(deepgemm_four="deepgemm"):
     rows = [row(ONE, "ours", 100, [10.0, 11.0, 12.0]), row(ONE, "deepgemm", 100, [10.0, 10.0, 10.0]),
             row(ONE, "ours", 500, [20.0, 30.0, 10.0]), row(ONE, "deepgemm", 500, [10.0, 10.0, 10.0]),
             row(ONE, "ours-exact", 500, [40.0, 30.0, 20.0]),
             row(FOUR, "ours", 500, [30.0, 30.0, 30.0]), row(FOUR, deepgemm_four, 500, [20.0, 20.0, 20.0])]
     return {"provenance": {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6", "date": "2026-12-02T00:00",
-                           "git_commit": "abcdef0123"}, "deepgemm": {"branch": "nv_dev"}, "rounds": 3,
+                           "git_commit": "abcdef0123", "kernels": CURRENT}, "deepgemm": {"branch": "nv_dev"}, "rounds": 3,
             "vllm_max_model_len": 500, "rows": rows}
 
 
@@ -46,8 +51,8 @@ def test_the_headline_spans_native_rows_only_and_the_table_says_which_way_ratios
     text = vcr.results_table(record(), record("deepgemm-flattened"), {ONE: (30.0, 10.0)})
     headline, *rest = text.splitlines()
     assert headline == ("At vLLM's own call on an NVIDIA H200, our fp8 logits kernel's time over DeepGEMM nv_dev's "
-                        "(the build vLLM runs) is 2.00x at next_n = 1 and 1.50x at 4; our top-k's over vLLM's "
-                        "fastest, 3.00x.")
+                        "(the build vLLM runs) is 2.00x (rounds 1.00-3.00x) at next_n = 1 and 1.50x (rounds 1.50x) "
+                        "at 4.")
     assert "under 1.00x ours is faster" in text and "the median of 3 rounds" in text
     assert "commit abcdef0 (main's run: abcdef0)." in text
     assert "| 64, 1, 8K | 20.0 | 10.0 | 2.00x (1.00-3.00) | 10.0 | 2.00x | 2.00x | - | 3.00x |" in rest
@@ -56,6 +61,21 @@ def test_the_headline_spans_native_rows_only_and_the_table_says_which_way_ratios
     # With every row flattened there is no native ratio to state.
     with pytest.raises(ValueError, match="no shape with ours and DeepGEMM both timed"):
         vcr.headline(record() | {"rows": [r for r in record()["rows"] if r["who"] == "ours"]})
+
+
+def test_the_headline_refuses_a_run_of_too_few_rounds_for_a_spread():
+    with pytest.raises(ValueError, match="the run has 2 rounds: a headline ratio needs at least 3"):
+        vcr.headline(record() | {"rounds": 2})
+
+
+def test_the_table_refuses_a_run_of_other_kernels_than_the_packages():
+    other = record()
+    other["provenance"]["kernels"] = {"logits": {**CURRENT["logits"], "sha256": "0" * 64}}
+    with pytest.raises(ValueError, match="the main run is stale: its logits kernels' source has changed"):
+        vcr.results_table(record(), other)
+    del other["provenance"]["kernels"]
+    with pytest.raises(ValueError, match="the nv_dev run is stale: it records no digest"):
+        vcr.results_table(other)
 
 
 def test_splits_reads_the_launches_that_changed_only_the_split():

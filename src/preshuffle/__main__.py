@@ -55,6 +55,7 @@ def _bench(args) -> int:
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    save(record, None)  # sealed whole, now that every row is in
     from . import report
 
     print(report.provenance_line(record))
@@ -65,25 +66,30 @@ def _bench(args) -> int:
 def _results(args) -> int:
     from . import report
 
-    if args.file and len(args.file) > 1:
-        print(report.builds_table([report.load(path) for path in args.file]))
-    elif args.file:
-        print(report.results_table(report.load(args.file[0])))
+    records = {path: report.load(path) for path in args.file or []}
+    if len(records) > 1:
+        print(report.builds_table(list(records.values())))
+    elif records:
+        print(report.results_table(*records.values()))
     else:
         from . import vllm_call_report
 
         print(vllm_call_report.results_table(*committed_results()))
+    for note in filter(None, (report.stale_note(record, path) for path, record in records.items())):
+        print(note, file=sys.stderr)
     return 0
 
 
 def committed_results() -> tuple:
     """The README's table's inputs: the runs at vLLM's call beside DeepGEMM nv_dev and main, and the top-k run
-    (``results/``)."""
-    from . import vllm_call_report
+    (``results/``), its top-k figures only while its top-k kernels are the package's."""
+    from . import provenance, vllm_call_report
     from .topk import report as topk_report
 
-    topk = {r["shape"]: (r["ours_default_us"], r["vllm_best_us"]) for r in topk_report.summary(topk_report.load())
-            if r["ours_default_us"] and r["vllm_best_us"]}
+    run = topk_report.load()
+    fresh = run is not None and provenance.staleness(run, "topk") is None
+    topk = {r["shape"]: (r["ours_default_us"], r["vllm_best_us"])
+            for r in (topk_report.summary(run) if fresh else []) if r["ours_default_us"] and r["vllm_best_us"]}
     return (vllm_call_report.load(vllm_call_report.RUNS["nv_dev"]), vllm_call_report.load(vllm_call_report.RUNS["main"]),
             topk)
 

@@ -23,6 +23,7 @@ from dataclasses import asdict
 import torch
 
 from . import deepgemm
+from . import provenance as run_provenance
 from .kernels import HopperConfig, LaunchConfig, _kept_for, fp8_paged_mqa_logits, kernel_for
 from .kernels.launch import CHUNK, NUM_STAGES, NUM_WARPS, fixed_run, hopper_config
 from .teaching.steps import RUNGS, checked_launch, chunked_logits, per_block_grid_logits
@@ -33,7 +34,7 @@ from .reference import (fp8_paged_mqa_logits_loops, fp8_paged_mqa_logits_ref, fp
                         reference_and_magnitude)
 from .shapes import ANCHOR_SHAPES, MEASURED_SHAPES, MTP_SHAPES, MTP_VARIANTS, VARIANTS, Shape
 from .testing import timing
-from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem
+from .testing.inputs import HEAD_DIM, HEADS, benchmark_problem, input_digest
 from .testing.numeric import CONTRACTS, bitwise_equal, check_repeatable, compare_logits, meets_contract
 
 RUN_ORDER = tuple(reversed(PRECISIONS))  # fp8 first: the rows a reader compares with DeepGEMM's lead
@@ -184,7 +185,12 @@ def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object, int]]:
     ]
 
 
-def provenance() -> dict:
+SEED = 0  # every problem's inputs: benchmark_problem(shape, ..., seed=SEED), rebuilt on a CPU to check a row
+
+
+def provenance(*parts: str) -> dict:
+    """Where, when and on what a run measures; with ``parts`` (of :data:`preshuffle.provenance.PARTS`), the digest of
+    the source of the kernels it launches (``kernels``)."""
     import triton
 
     def git(*args):
@@ -209,6 +215,8 @@ def provenance() -> dict:
         props = torch.cuda.get_device_properties(0)
         info.update(gpu=props.name, sms=props.multi_processor_count, cuda=torch.version.cuda,
                     driver=_driver_version())
+    if parts:
+        info["kernels"] = run_provenance.kernels_record(*parts)
     return info
 
 
@@ -239,20 +247,21 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
     timing.refuse_interpreter()
     dg = deepgemm.load() if against_deepgemm else None
     build = deepgemm.build_info(dg) if dg is not None else None
-    record = {"provenance": provenance(), "copy_bytes_per_s": timing.copy_bandwidth(),
+    record = {"provenance": provenance("bench"), "copy_bytes_per_s": timing.copy_bandwidth(),
               "timer_floor_us": 1e3 * timing.floor_ms(), "contracts": CONTRACTS,
               "deepgemm": build.as_dict() if build else None, "rows": [], "host_us": []}
     ceiling = record["copy_bytes_per_s"]
 
     def add(shape, name, **row):
-        row.update(shape=asdict(shape), variant=name)
-        record["rows"].append(row)
+        row.update(shape=asdict(shape), variant=name, seed=SEED, inputs_sha256=inputs)
+        record["rows"].append(run_provenance.seal(row))
         if on_row:
             on_row(record, row)
 
     for shape, name in tqdm(_jobs(shapes, variants), desc="shapes x caches"):
         block_size, layout = VARIANTS[name]
-        problem = benchmark_problem(shape, block_size, layout)
+        problem = benchmark_problem(shape, block_size, layout, seed=SEED)
+        inputs = input_digest(problem)
         reference = problem.call(reference_and_magnitude)
         kernel = kernel_for(block_size, problem.heads, problem.head_dim, shape.next_n, layout=layout)
         rule_out = {}
@@ -315,4 +324,4 @@ def run(shapes=SHAPES, variants=tuple(VARIANTS), *, against_deepgemm: bool = Tru
                         **measure(fn, problem, reference, precision=precision, copy_bytes_per_s=ceiling))
         del problem, reference, rule_out
         torch.cuda.empty_cache()
-    return record
+    return run_provenance.seal_record(record)

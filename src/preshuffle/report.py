@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from . import provenance
 from .precision import PRECISIONS
 from .shapes import ANCHOR_SHAPES, MTP_SHAPES, VARIANTS, Shape
 
@@ -50,7 +51,12 @@ def load(path: str | Path = RESULTS / "h200.json") -> dict:
             record = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a results file (JSON): {error}") from None
-    return check_record(record, str(path))
+    check_record(record, str(path))
+    broken = provenance.broken_record_seals(record) if isinstance(record, dict) and provenance.SEAL_KEY in record else []
+    if broken:
+        raise ValueError(f"{path}: the seals of {', '.join(broken[:5])} do not match their numbers (edited after the "
+                         "run?)")
+    return record
 
 
 _READING = contextvars.ContextVar("reading", default=False)
@@ -477,6 +483,13 @@ def build_label(record: dict) -> str | None:
     named = " ".join(str(build[k]) for k in ("branch", "commit") if build.get(k))
     version = build.get("version")
     return "DeepGEMM " + (f"{named} ({version})" if named and version else named or str(version))
+
+
+def stale_note(record: dict, source: str = "the run") -> str | None:
+    """A line saying that ``record`` no longer measures the package's kernels, and why
+    (:func:`preshuffle.provenance.staleness`); None while it does."""
+    why = provenance.staleness(record)
+    return f"STALE: {source} no longer measures the package's kernels: {why}" if why else None
 
 
 def provenance_line(record: dict) -> str:

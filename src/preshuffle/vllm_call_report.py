@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from . import report
+from . import provenance, report
 from .shapes import Shape
 
 RUNS = {"nv_dev": report.RESULTS / "h200-vllm-call-nvdev.json", "main": report.RESULTS / "h200-vllm-call-main.json"}
@@ -84,39 +84,46 @@ def _us(value) -> str:
     return f"{value:.1f}" if value is not None else "-"
 
 
-def headline(nv_dev: dict, topk: dict | None = None) -> str:
+MIN_ROUNDS = 3  # a ratio the headline states carries its spread over at least this many rounds
+
+
+def headline(nv_dev: dict) -> str:
     """The results in one sentence: per next_n, the span of our time over DeepGEMM nv_dev's at vLLM's call (native
-    rows only), and where ``topk`` (``{Shape: (ours_us, vllm_best_us)}``) has shapes, our top-k over vLLM's
-    fastest."""
-    by_next_n: dict[int, list[float]] = {}
+    rows only; each shape's median over rounds), and the span of every round's ratio. A run of fewer than
+    :data:`MIN_ROUNDS` rounds is refused: its ratios would carry no spread."""
+    if nv_dev.get("rounds", 0) < MIN_ROUNDS:
+        raise ValueError(f"the run has {nv_dev.get('rounds')} rounds: a headline ratio needs at least {MIN_ROUNDS}")
+    by_next_n: dict[int, list[dict]] = {}
     for r in summary(nv_dev):
         if r["ratio"] and not r["flattened"]:
-            by_next_n.setdefault(r["shape"].next_n, []).append(r["ratio"]["median"])
+            by_next_n.setdefault(r["shape"].next_n, []).append(r["ratio"])
     if not by_next_n:
         raise ValueError("the run has no shape with ours and DeepGEMM both timed")
 
-    def span(values):
-        low, high = min(values), max(values)
+    def span(low, high):
         return f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}x"
 
-    parts = [f"{span(v)} at {'next_n = ' if i == 0 else ''}{n}" for i, (n, v) in enumerate(sorted(by_next_n.items()))]
-    text = (f"At vLLM's own call on an {nv_dev['provenance'].get('gpu')}, our fp8 logits kernel's time over DeepGEMM "
-            f"nv_dev's (the build vLLM runs) is {', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}{parts[-1]}")
-    ratios = [ours / best for ours, best in (topk or {}).values()]
-    if ratios:
-        text += f"; our top-k's over vLLM's fastest, {span(ratios)}"
-    return text + "."
+    parts = [f"{span(min(q['median'] for q in v), max(q['median'] for q in v))} (rounds "
+             f"{span(min(q['low'] for q in v), max(q['high'] for q in v))}) at {'next_n = ' if i == 0 else ''}{n}"
+             for i, (n, v) in enumerate(sorted(by_next_n.items()))]
+    return (f"At vLLM's own call on an {nv_dev['provenance'].get('gpu')}, our fp8 logits kernel's time over DeepGEMM "
+            f"nv_dev's (the build vLLM runs) is {', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}"
+            f"{parts[-1]}.")
 
 
 def results_table(nv_dev: dict, main: dict | None = None, topk: dict | None = None) -> str:
     """:func:`headline`, what the table holds, then one row per shape of ``nv_dev``'s run: ours beside DeepGEMM
     nv_dev at vLLM's call, the same beside DeepGEMM main in ``main``'s run (each ratio within its own run, as the
     median of its rounds with their spread), our exact path and 16-token pages over our fp8 call, and where ``topk``
-    has the shape our top-k over vLLM's fastest. Every ratio is a time over a time: under 1.00x, ours is faster."""
+    has the shape our top-k over vLLM's fastest. Every ratio is a time over a time: under 1.00x, ours is faster.
+    A run that no longer measures the package's kernels (:func:`preshuffle.provenance.staleness`) is refused."""
+    for name, run in (("nv_dev", nv_dev), ("main", main)):
+        if run is not None:
+            provenance.refuse_stale(run, f"the {name} run")
     others = {r["shape"]: r for r in summary(main)} if main else {}
     topk = topk or {}
     wide = nv_dev["vllm_max_model_len"]
-    lines = [headline(nv_dev, topk), "",
+    lines = [headline(nv_dev), "",
              f"vLLM's call: `max_context_len` {wide}, `clean_logits=False`, `[B, next_n]` lengths, 64-token pages. "
              f"Time over time in one run (under 1.00x ours is faster), the median of {nv_dev['rounds']} rounds (spread "
              "in parentheses); every call checked against float64 first.", "",

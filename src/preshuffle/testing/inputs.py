@@ -3,6 +3,8 @@ benchmark-sized ones built the way docs/performance.md says."""
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 
 from .. import device as kernel_device
@@ -106,21 +108,37 @@ def benchmark_problem(shape: Shape, block_size: int, layout: str = "normal", *, 
     max_blocks = int(blocks_per_seq.max())
     block_tables = scattered_block_tables(blocks_per_seq.tolist(), num_blocks, max_blocks, g)
 
-    gd = torch.Generator(device=dev).manual_seed(seed + 1)
+    # Drawn on the CPU whatever the device, so that a run's inputs can be rebuilt (and checked) without its GPU.
+    gd = torch.Generator(device="cpu").manual_seed(seed + 1)
     kv_cache = allocate_k_cache(num_blocks, block_size, HEAD_DIM, device=dev)
     flat = kv_cache.view(num_blocks, -1)
     value_bytes = block_size * HEAD_DIM
     step = max(1, (1 << 27) // value_bytes)  # fill in slices of ~128 MB of fp32 temporaries
     for first in range(0, num_blocks, step):
         last = min(num_blocks, first + step)
-        values = torch.randn(last - first, value_bytes, generator=gd, device=dev).to(torch.float8_e4m3fn)
-        flat[first:last, :value_bytes] = values.view(torch.uint8)
-        scales = torch.rand(last - first, block_size, generator=gd, device=dev) * 1e-2 + 1e-3
-        flat[first:last, value_bytes:] = scales.view(torch.uint8).view(last - first, -1)
-    q = torch.randn(shape.batch, shape.next_n, heads, HEAD_DIM, generator=gd, device=dev).to(torch.float8_e4m3fn)
-    weights = torch.randn(shape.batch * shape.next_n, heads, generator=gd, device=dev)
+        values = torch.randn(last - first, value_bytes, generator=gd).to(torch.float8_e4m3fn)
+        flat[first:last, :value_bytes] = values.view(torch.uint8).to(dev)
+        scales = torch.rand(last - first, block_size, generator=gd) * 1e-2 + 1e-3
+        flat[first:last, value_bytes:] = scales.view(torch.uint8).view(last - first, -1).to(dev)
+    q = torch.randn(shape.batch, shape.next_n, heads, HEAD_DIM, generator=gd).to(torch.float8_e4m3fn).to(dev)
+    weights = torch.randn(shape.batch * shape.next_n, heads, generator=gd).to(dev)
     return PagedMQAProblem(q, kv_cache, weights, ctx.to(torch.int32).to(dev), block_tables.to(dev), int(ctx.max()),
                            layout, sum_ctx=int(ctx.sum()))
+
+
+def input_digest(problem: PagedMQAProblem) -> str:
+    """sha256 over the bytes of ``problem``'s inputs (queries, cache, weights, lengths, block tables, in that order,
+    each with its shape): what a run records so that its inputs, rebuilt from their seed, can be told apart from
+    any others."""
+    if not isinstance(problem, PagedMQAProblem):
+        raise TypeError(f"problem must be a PagedMQAProblem, got {type(problem).__name__}")
+    digest = hashlib.sha256()
+    for tensor in (problem.q, problem.kv_cache, problem.weights, problem.context_lens, problem.block_tables):
+        digest.update(repr((str(tensor.dtype), tuple(tensor.shape))).encode())
+        flat = tensor.contiguous().view(-1).view(torch.uint8)
+        for first in range(0, flat.numel(), 1 << 26):  # 64 MB at a time off the device
+            digest.update(flat[first:first + (1 << 26)].cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 # Problems with one poisoned input: for the contract on non-finite and non-positive inputs (docs/input-contract.md).
