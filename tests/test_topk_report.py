@@ -87,4 +87,5 @@ def test_variants_of_the_committed_run_are_each_one_change():
     record = topk_report.load()
     for s in record["shapes"]:
         rows = topk_report.variants(record, Shape(**s["shape"]))
-        assert rows[0]["default"] and len(rows) >= 7 and all(r["us"] > 0 for r in rows)
+        # The default and at least three variants: as many as hopper_launches keeps under 96 positions a thread.
+        assert rows[0]["default"] and len(rows) >= 4 and all(r["us"] > 0 for r in rows)
