@@ -1,4 +1,6 @@
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +91,21 @@ def test_variants_of_the_committed_run_are_each_one_change():
         rows = topk_report.variants(record, Shape(**s["shape"]))
         # The default and at least three variants: as many as hopper_launches keeps under 96 positions a thread.
         assert rows[0]["default"] and len(rows) >= 4 and all(r["us"] > 0 for r in rows)
+
+
+def test_docs_topk_table_is_the_generated_one():
+    text = (Path(__file__).resolve().parents[1] / "docs" / "topk.md").read_text()
+    table = re.search(r"<!-- top-k table: generated -->\n(.*)\n<!-- end of top-k table -->", text, re.S)
+    assert table, "docs/topk.md has no generated top-k table"
+    assert table.group(1) == topk_report.markdown_table(topk_report.summary(topk_report.load())), \
+        "docs/topk.md's table is stale: paste topk.report.markdown_table of the committed run"
+
+
+def test_markdown_table_names_the_fastest_launch_and_vllms_kernel():
+    row = {"shape": Shape(64, 1, 8192), "logits_us": 30.0, "ours_us": 9.0, "ours_launch": "sm90-bits11",
+           "ours_default_launch": "sm90", "ours_default_us": 10.0, "vllm_best_us": 12.5,
+           "vllm_best": "vllm top_k_per_row_decode", "default_over_vllm_best": 0.8, "step_us": 40.0,
+           "deepgemm_step_us": None}
+    lines = topk_report.markdown_table([row]).splitlines()
+    assert lines[2] == ("| 64, 1, 8K | 30.0 | 10.0 | 9.0 (bits11) | 12.5 (`top_k_per_row_decode`) | 0.80x | 40.0 "
+                        "| - |")

@@ -140,3 +140,23 @@ def format_variants(rows: list[dict]) -> str:
     for v in rows:
         lines.append(f"{v['variant']:22s} {v['change'] or '-':44s} {v['us']:7.1f} {v['over_default']:8.2f}x")
     return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """:func:`summary`'s rows as docs/topk.md's table of the measured run (times in us): ours at its default launch
+    and at the run's fastest, vLLM's best, and the whole step beside DeepGEMM + vLLM's ``decode_topk``."""
+    def us(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    lines = ["| B, next_n, ctx | logits | ours, default | ours, fastest (launch) | vLLM's best | default / best | "
+             "step: ours | step: DeepGEMM nv_dev + `decode_topk` |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s = r["shape"]
+        launch = "default" if r["ours_launch"] == r["ours_default_launch"] else r["ours_launch"].replace("sm90-", "")
+        best = us(r["vllm_best_us"]) + ("" if r["vllm_best"] != "vllm top_k_per_row_decode"
+                                        else " (`top_k_per_row_decode`)")
+        ratio = "-" if r["default_over_vllm_best"] is None else f"{r['default_over_vllm_best']:.2f}x"
+        lines.append(f"| {s.batch}, {s.next_n}, {s.avg_ctx // 1024}K | {us(r['logits_us'])} | "
+                     f"{us(r['ours_default_us'])} | {us(r['ours_us'])} ({launch}) | {best} | {ratio} | "
+                     f"{us(r['step_us'])} | {us(r['deepgemm_step_us'])} |")
+    return "\n".join(lines)
