@@ -99,3 +99,27 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling():
     assert built == {(c, d, k) for c in ((8, 0), (9, 0)) for d in ("fp32", "bf16") for k in kernels
                      if not (d == "bf16" and k == "reduce")}
     assert all(r["stack"] <= 8 for r in rows), [r for r in rows if r["stack"] > 8]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_the_row_kernel_compiles_for_sm90a_for_every_logits_dtype(dtype):
+    """Compiled without a GPU (Triton's bundled ptxas), in a child process that does not interpret kernels: the
+    row path builds for half-precision logits too (Triton 3.6's sm90 layout pass once broke it there)."""
+    script = f"""
+import os; os.environ["TRITON_INTERPRET"] = "0"
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from preshuffle.topk import portable
+c = portable.default_config(200)
+sig = {{"x_ptr": "*{dtype}", "x_stride": "i32", "ctx_ptr": "*i32", "out_ptr": "*i32", "cand_ptr": "*i32", "k": "i32",
+       "width": "i32", "next_n": "i32", **dict.fromkeys(("CTX_2D", "TILE", "SEARCH_BITS", "CAP", "CHUNK", "HALVES"),
+                                                        "constexpr")}}
+consts = dict(CTX_2D=True, TILE=c.row_tile, SEARCH_BITS=c.search_bits, CAP=c.candidates,
+              CHUNK=min(c.row_tile, portable.ROW_CHUNK), HALVES=c.row_halves)
+aligned = {{(i,): [["tt.divisibility", 16]] for i in (0, 2, 3, 4)}}
+triton.compile(ASTSource(portable._topk_row_kernel, sig, consts, aligned), target=GPUTarget("cuda", 90, 64),
+               options={{"num_warps": c.row_warps}})
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

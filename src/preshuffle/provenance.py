@@ -38,6 +38,7 @@ PARTS = {
     "page_read": ("_page_read_kernel",),
     "topk": ("_topk_row_kernel", "_topk_hist_kernel", "_topk_reduce_kernel", "_topk_compact_kernel",
              "_topk_final_kernel", "_topk_hopper_kernel"),
+    "topk_sm90": ("_topk_hopper_kernel",),  # the default launch on sm90, which the README's top-k column reads
 }
 
 _KERNEL_DECORATORS = ("jit", "constexpr_function")
@@ -268,8 +269,8 @@ def refuse_stale(record: dict, source: str = "record", part: str | None = None) 
 
 
 def is_ancestor(commit: str, repo: Path = ROOT) -> bool | None:
-    """Whether ``commit`` is an ancestor of ``repo``'s HEAD; None where the history cannot say (no ``.git``, or a
-    shallow clone)."""
+    """Whether ``commit`` is an ancestor of ``repo``'s HEAD; None where the history cannot say (no ``.git``, a
+    shallow clone, or a copy of the tree committed afresh as a single commit)."""
     if not isinstance(commit, str) or not commit:
         raise TypeError(f"commit must be a commit id, got {commit!r}")
     def git(*args):
@@ -279,6 +280,8 @@ def is_ancestor(commit: str, repo: Path = ROOT) -> bool | None:
     except OSError:
         return None
     if shallow.returncode or shallow.stdout.strip() != "false":
+        return None
+    if git("rev-list", "--count", "HEAD").stdout.strip() == "1":
         return None
     return git("merge-base", "--is-ancestor", commit, "HEAD").returncode == 0
 

@@ -159,7 +159,8 @@ def hopper_programs_per_sm(batch: int, next_n: int, exact: bool, gather: bool = 
     128 sequences, 6 below 256. Two rows share an MMA (128 registers, two programs an SM): 4, 8 from 256 sequences;
     exact 2 below 128 or from 1024, 4 below 256, else 8. Three query rows (a warpgroup each): fp8 4 below 256
     sequences (at vLLM's call, B=64: 44.3-44.7 us against 47.8-48.8 at 2 and 46.3 for one full wave,
-    results/h200-vllm-call-sweep.json and h200-vllm-call-nvdev.json), 8 from there; exact 2 below 256, then 4."""
+    results/h200-vllm-call-sweep.json and `git show e3200a2:results/h200-vllm-call-nvdev.json`), 8 from there;
+    exact 2 below 256, then 4."""
     if next_n == 3:
         return (2 if batch < 256 else 4) if exact else (4 if batch < 256 else 8)
     if next_n == 1:

@@ -194,7 +194,11 @@ def _compact(row_ptr, first, last, p, above_before, tied_before, out_row, cand_r
         bucket = key16 >> (16 - BITS)
         above = valid & (bucket > p)
         tied = valid & (bucket == p)
-        ranks = _exclusive_ranks(above.to(tl.int32) + (tied.to(tl.int32) << 16), CHUNK)
+        flags = above.to(tl.int32) + (tied.to(tl.int32) << 16)
+        # A flat scan, not _exclusive_ranks' groups of four: after half-precision loads, Triton 3.6's layout pass
+        # for sm90 leaves the grouped scan's reshape using a value it has not defined yet (the kernel fails to
+        # compile for bf16 and fp16 logits).
+        ranks = tl.cumsum(flags, 0) - flags
         tl.store(out_row + above_before + (ranks & 0xFFFF), pos, mask=above)
         slot = tied_before + (ranks >> 16)
         tl.store(cand_row + slot, key, mask=tied & (slot < CAP))
