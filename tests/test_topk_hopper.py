@@ -85,14 +85,13 @@ def test_default_launch_covers_the_width_and_fills_the_gpu(rows, width, elem):
     rounding = config.vectors * 16 // elem  # a chunk's rounding
     if config.cluster < topk_hopper.DEFAULT_CLUSTER:
         assert per_thread <= topk_hopper.MAX_PER_THREAD + rounding  # no thread holds more
-        resident = {32: 1, 16: 2, 8: 3}[config.warps]
-        if rows * config.cluster * 2 <= topk_hopper.SMS * resident:  # twice the CTAs would still fit at once
+        if rows * config.cluster * 2 <= topk_hopper.SMS * topk_hopper.RESIDENT[config.warps]:  # twice the CTAs would still fit at once
             assert per_thread <= topk_hopper.SPREAD_PER_THREAD + rounding
     if rows * 4 <= topk_hopper.SMS and width >= 8192 * 2:
         assert config.cluster > 1  # few long rows share the SMs
     if rows > topk_hopper.SMS:
         assert config.warps < 32  # several CTAs a multiprocessor, their registers capped to fit
-        assert config.registers * 32 * config.warps * (2 if config.warps == 16 else 3) <= 65536
+        assert config.registers * 32 * config.warps * topk_hopper.RESIDENT[config.warps] <= 65536
     assert config.bits == (12 if config.warps == 32 else 11)
     assert config.eager
 

@@ -132,6 +132,9 @@ SMS = 132               # the H200's multiprocessors, which the default launch s
 SPREAD_PER_THREAD = 48  # positions a thread past which a row takes more CTAs, while they still fit one wave
 MAX_PER_THREAD = 96     # positions a thread holds at most in a default launch (two 16-bit keys a register)
 DEFAULT_CLUSTER = 8     # the largest portable cluster; 16 (non-portable) is a launch option
+# A default launch's CTAs a multiprocessor and register cap a thread, by warps a CTA (0: no cap).
+RESIDENT = {32: 1, 16: 2, 8: 3}
+REGISTER_CAP = {32: 0, 16: 64, 8: 80}
 
 
 def default_config(rows: int, width: int, elem_bytes: int = 4) -> HopperTopKConfig:
@@ -150,20 +153,18 @@ def default_config(rows: int, width: int, elem_bytes: int = 4) -> HopperTopKConf
         cluster *= 2
     warps = 32 if rows * cluster <= SMS else 16 if rows <= 2 * SMS else 8
     threads = 32 * warps
-    resident = {32: 1, 16: 2, 8: 3}[warps]  # CTAs a multiprocessor
+    resident = RESIDENT[warps]
     while cluster < DEFAULT_CLUSTER:
         holds = -(-width // cluster) / threads
         if not (holds > MAX_PER_THREAD or holds > SPREAD_PER_THREAD and rows * cluster * 2 <= SMS * resident):
             break
         cluster *= 2
-    per_thread = -(-(-(-width // cluster)) // threads)
-    vectors = 2 if per_thread >= 4 * per_load else 1
-    chunk = vectors * per_load * threads
-    chunks = -(-(-(-width // cluster)) // chunk)
-    registers = {32: 0, 16: 64, 8: 80}[warps]
+    segment = -(-width // cluster)
+    vectors = 2 if -(-segment // threads) >= 4 * per_load else 1
+    chunks = -(-segment // (vectors * per_load * threads))
     return HopperTopKConfig(warps=warps, vectors=vectors, chunks=max(1, chunks), cluster=cluster,
                             bits=12 if warps == 32 else 11, candidates=max(1024, threads), rank_limit=128, eager=True,
-                            registers=registers)
+                            registers=REGISTER_CAP[warps])
 
 
 # --------------------------------------------------------------------------------------------------------------------
