@@ -104,22 +104,10 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling():
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_the_row_kernel_compiles_for_sm90a_for_every_logits_dtype(dtype):
     """Compiled without a GPU (Triton's bundled ptxas), in a child process that does not interpret kernels: the
-    row path builds for half-precision logits too (Triton 3.6's sm90 layout pass once broke it there)."""
-    script = f"""
-import os; os.environ["TRITON_INTERPRET"] = "0"
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from preshuffle.topk import portable
-c = portable.default_config(200)
-sig = {{"x_ptr": "*{dtype}", "x_stride": "i32", "ctx_ptr": "*i32", "out_ptr": "*i32", "cand_ptr": "*i32", "k": "i32",
-       "width": "i32", "next_n": "i32", **dict.fromkeys(("CTX_2D", "TILE", "SEARCH_BITS", "CAP", "CHUNK", "HALVES"),
-                                                        "constexpr")}}
-consts = dict(CTX_2D=True, TILE=c.row_tile, SEARCH_BITS=c.search_bits, CAP=c.candidates,
-              CHUNK=min(c.row_tile, portable.ROW_CHUNK), HALVES=c.row_halves)
-aligned = {{(i,): [["tt.divisibility", 16]] for i in (0, 2, 3, 4)}}
-triton.compile(ASTSource(portable._topk_row_kernel, sig, consts, aligned), target=GPUTarget("cuda", 90, 64),
-               options={{"num_warps": c.row_warps}})
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    row path builds for half-precision logits too, at a row stride that is no multiple of 16 (Triton 3.6's sm90
+    layout pass once broke it there)."""
+    script = ("from preshuffle.topk import portable; portable.compile_kernel('row', (9, 0), "
+              f"portable.default_config(200), dtype={dtype!r}, ctx_2d=True, strides_of_16=False)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "0"})
     assert done.returncode == 0, done.stderr[-2000:]

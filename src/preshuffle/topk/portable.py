@@ -195,9 +195,9 @@ def _compact(row_ptr, first, last, p, above_before, tied_before, out_row, cand_r
         above = valid & (bucket > p)
         tied = valid & (bucket == p)
         flags = above.to(tl.int32) + (tied.to(tl.int32) << 16)
-        # A flat scan, not _exclusive_ranks' groups of four: after half-precision loads, Triton 3.6's layout pass
-        # for sm90 leaves the grouped scan's reshape using a value it has not defined yet (the kernel fails to
-        # compile for bf16 and fp16 logits).
+        # A flat scan, not _exclusive_ranks' groups of four: after half-precision loads from rows whose stride is no
+        # multiple of 16, Triton 3.6's layout pass for sm90 leaves the grouped scan's reshape using a value it has
+        # not defined yet (the kernel fails to compile for such bf16 and fp16 logits).
         ranks = tl.cumsum(flags, 0) - flags
         tl.store(out_row + above_before + (ranks & 0xFFFF), pos, mask=above)
         slot = tied_before + (ranks >> 16)
@@ -444,15 +444,17 @@ def kernels(config: TopKConfig, ctx_2d: bool = False, dtype: str = "fp32") -> di
     }
 
 
-def compile_kernel(name: str, capability: tuple[int, int], config: TopKConfig | None = None, **kw):
+def compile_kernel(name: str, capability: tuple[int, int], config: TopKConfig | None = None, *,
+                   strides_of_16: bool = True, **kw):
     """Compile one of :func:`kernels` for an NVIDIA GPU of compute ``capability`` with Triton's bundled ptxas (no GPU
-    needed); returns Triton's compiled kernel. Call it where TRITON_INTERPRET is 0."""
+    needed); returns Triton's compiled kernel. ``strides_of_16``: the logits' row stride and k multiples of 16, as
+    Triton specialises them when they are (a row of 200 logits is not). Call it where TRITON_INTERPRET is 0."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn, signature, constexprs, warps = kernels(config or TopKConfig(), **kw)[name]
     aligned = {(i,): [["tt.divisibility", 16]] for i, (arg, kind) in enumerate(signature.items())
-               if kind.startswith("*") or arg in ("x_stride", "k")}
+               if kind.startswith("*") or strides_of_16 and arg in ("x_stride", "k")}
     source = ASTSource(fn, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs, aligned)
     arch = 10 * capability[0] + capability[1]
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=warps))
