@@ -5,7 +5,7 @@ here, before a GPU runs anything.
 
     python benchmarks/compile_hopper.py
     python benchmarks/compile_hopper.py --next-n 3 --row-warpgroups --maxnreg 64
-    python benchmarks/compile_hopper.py --json      # every variant's resources, for tests
+    python benchmarks/compile_hopper.py --json      # every variant's resources (or the one asked for), for tests
     python benchmarks/compile_hopper.py --outputs   # fp32/bf16 logits x with/without the -inf fill, every cache
                                                     # and next_n 1-4, under the launch rule's warpgroups
 """
@@ -43,12 +43,13 @@ def output_variants() -> list[dict]:
 
 
 def compile_variant(next_n, block_size, layout, exact, row_warpgroups, maxnreg=None, stages=4, *, bf16=False,
-                    clean=True) -> dict:
-    config = HopperConfig(1, stages, maxnreg, row_warpgroups=row_warpgroups)
+                    clean=True, row_groups=1) -> dict:
+    config = HopperConfig(1, stages, maxnreg, row_warpgroups=row_warpgroups, row_groups=row_groups)
     compiled = hopper.compile_sm90a(next_n, block_size=block_size, layout=layout, exact=exact, config=config,
                                     clean=clean, bf16=bf16)
     ops = sass.instruction_counts(compiled)
     return {"variant": [next_n, block_size, layout, exact, row_warpgroups], "bf16": bf16, "clean": clean,
+            "row_groups": row_groups,
             **sass.resources(compiled),
             "gmma": ops["HGMMA"] + ops["QGMMA"], "lds": ops["LDS"], "sts": ops["STS"], "bar": ops["BAR"],
             "ldsm": ops["LDSM"], "tma": ops["UTMALDG"],
@@ -60,7 +61,8 @@ def line(r: dict) -> str:
     programs = REGISTERS_PER_SM // (r["registers"] * 32 * r["warps"])
     outputs = f"{'bf16' if r.get('bf16') else 'fp32'} {'clean' if r.get('clean', True) else 'unclean'}"
     return (f"next_n {next_n} block {block_size:2d} {layout:7s} {'exact' if exact else 'fp8':5s} "
-            f"rows {'yes' if row_warpgroups else 'no ':3s} {outputs:12s} | {r['registers']:3d} regs, "
+            f"rows {'yes' if row_warpgroups else 'no ':3s} groups {r.get('row_groups', 1)} {outputs:12s} | "
+            f"{r['registers']:3d} regs, "
             f"stack {r['stack']:3d}, "
             f"{r['shared']:6d} B shared, {r['warps']:2d} warps, {programs} programs/SM by registers | "
             f"GMMA {r['gmma']:2d}, LDS {r['lds']:3d}, LDSM {r['ldsm']:2d}, TMA {r['tma']}, cp.async {r['cp_async']:2d}")
@@ -73,6 +75,7 @@ def main(argv=None):
     ap.add_argument("--layout", choices=["normal", "shuffle"], default="normal")
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--row-warpgroups", action="store_true")
+    ap.add_argument("--row-groups", type=int, default=1, help="programs a sequence's query rows are cut into")
     ap.add_argument("--maxnreg", type=int)
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--bf16", action="store_true", help="bf16 logits instead of fp32")
@@ -89,14 +92,16 @@ def main(argv=None):
                 print(line(results[-1]), flush=True)
         if args.json:
             print(json.dumps(results))
+    elif args.next_n is not None:
+        one = compile_variant(args.next_n, args.block_size, args.layout, args.exact, args.row_warpgroups,
+                              args.maxnreg, args.stages, bf16=args.bf16, clean=not args.unclean,
+                              row_groups=args.row_groups)
+        print(json.dumps(one) if args.json else line(one))
     elif args.json:
         print(json.dumps([compile_variant(*variant, stages=args.stages) for variant in VARIANTS]))
-    elif args.next_n is None:
+    else:
         for variant in VARIANTS:
             print(line(compile_variant(*variant, stages=args.stages)), flush=True)
-    else:
-        print(line(compile_variant(args.next_n, args.block_size, args.layout, args.exact, args.row_warpgroups,
-                                   args.maxnreg, args.stages, bf16=args.bf16, clean=not args.unclean)))
 
 
 if __name__ == "__main__":

@@ -131,6 +131,35 @@ def test_hopper_config_refuses_what_the_kernel_cannot_launch():
     with pytest.raises(ValueError,
                        match=r"loader_regs must be a multiple of 8 in \[24, 256\] \(setmaxnreg's range\), got 16"):
         HopperConfig(1, loader_regs=16)
+    with pytest.raises(ValueError, match="row_groups must be a power of two, got 3"):
+        HopperConfig(1, row_groups=3)
+    with pytest.raises(ValueError, match="row_groups must be a positive int, got 0"):
+        HopperConfig(1, row_groups=0)
+    with pytest.raises(ValueError, match="give row_warpgroups or row_groups > 1, not both"):
+        HopperConfig(1, row_warpgroups=True, row_groups=2)
+    with pytest.raises(ValueError, match="row_groups must be at most next_n 1, got 2"):
+        launch.hopper_registers(HopperConfig(1, row_groups=2), 1, exact=False)
+    with pytest.raises(ValueError, match="row_groups must be at most next_n 3, got 4"):
+        launch.hopper_registers(HopperConfig(1, row_groups=4), 3, exact=False)
+
+
+@pytest.mark.parametrize("next_n, row_groups, rows, maxnreg", [(2, 2, 1, 80), (4, 2, 2, 128), (4, 4, 1, 80),
+                                                                (3, 2, 2, 128), (2, 1, 2, 128)])
+def test_row_groups_give_each_program_a_power_of_two_of_rows(next_n, row_groups, rows, maxnreg):
+    """A program takes next_n / row_groups rows, three rows padded to four: its registers are those of that many."""
+    config = HopperConfig(1, row_groups=row_groups)
+    assert launch.program_rows(config, next_n) == rows
+    assert launch.hopper_registers(config, next_n, exact=False) == maxnreg
+
+
+# How a program's query rows are cut: one math warpgroup for all, a warpgroup a row, or rows cut into two groups
+# of programs side by side (one group where next_n is 1).
+ROW_CUTS = ("one warpgroup", "a warpgroup a row", "row groups")
+
+
+def cut_rows(splits: int, how: str, next_n: int, **fields) -> HopperConfig:
+    return HopperConfig(splits, row_warpgroups=how == "a warpgroup a row",
+                        row_groups=2 if how == "row groups" and next_n >= 2 else 1, **fields)
 
 
 @st.composite
@@ -148,14 +177,14 @@ def problems(draw):
 
 @on_hopper
 @settings(max_examples=40, deadline=None)
-@given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 1, 3, 7, 64]), st.booleans(),
-       st.sampled_from([2, 4]))
-def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, splits, row_warpgroups, stages):
-    """Every kind of cache, split and ring, one math warpgroup or one a query row; shares of an odd number of chunks
-    start mid-page for 128-token pages, a sequence's whole row wraps a 2-stage ring many times, and 64 programs a
-    sequence leave most of them nothing to read."""
-    config = None if splits is None else HopperConfig(splits, stages, row_warpgroups=row_warpgroups)
-    if config is not None and row_warpgroups and precision == "exact" and problem.next_n == 4:
+@given(problems(), st.sampled_from(["exact", "fp8"]), st.sampled_from([None, 1, 3, 7, 64]),
+       st.sampled_from(ROW_CUTS), st.sampled_from([2, 4]))
+def test_hopper_kernel_holds_the_contract_of_its_precision(problem, precision, splits, rows, stages):
+    """Every kind of cache, split and ring, one math warpgroup, one a query row or the rows in two groups of
+    programs; shares of an odd number of chunks start mid-page for 128-token pages, a sequence's whole row wraps a
+    2-stage ring many times, and 64 programs a sequence leave most of them nothing to read."""
+    config = None if splits is None else cut_rows(splits, rows, problem.next_n, stages=stages)
+    if config is not None and config.row_warpgroups and precision == "exact" and problem.next_n == 4:
         with pytest.raises(ValueError, match="cannot launch at next_n 4"):  # 20 warps x 128 registers
             problem.call(fp8_paged_mqa_logits, precision=precision, config=config)
         return
@@ -174,9 +203,9 @@ def test_hopper_kernel_is_bitwise_repeatable_and_split_independent(precision):
     assert_bitwise_equal(first, check_repeatable(lambda: problem.call(fp8_paged_mqa_logits, precision=precision,
                                                                       check_values=False)))
     for splits in (1, 3, 64):
-        for row_warpgroups in (False, True):
-            assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision, config=HopperConfig(
-                splits, row_warpgroups=row_warpgroups)))
+        for rows in ROW_CUTS:
+            assert_bitwise_equal(first, problem.call(fp8_paged_mqa_logits, precision=precision,
+                                                     config=cut_rows(splits, rows, 2)))
 
 
 @on_hopper
@@ -197,14 +226,14 @@ def test_unchecked_calls_the_kept_launch_cannot_serve_are_right(block_size):
 
 @on_hopper
 @pytest.mark.parametrize("block_size, layout", [(64, "normal"), (16, "shuffle"), (1, "normal")])
-@pytest.mark.parametrize("row_warpgroups", [False, True])
-def test_hopper_output_options_on_every_split(block_size, layout, row_warpgroups):
+@pytest.mark.parametrize("rows", ROW_CUTS)
+def test_hopper_output_options_on_every_split(block_size, layout, rows):
     """Four programs a sequence (shares of 192 positions of the longest row, starting mid-page for 128-token pages),
-    one math warpgroup or one a row: bf16 logits are the fp32 ones rounded to nearest even, and without the -inf fill every position a
+    one math warpgroup, one a row or two groups of rows: bf16 logits are the fp32 ones rounded to nearest even, and without the -inf fill every position a
     row may see holds the same bits while nothing past a sequence's last 64-position chunk is written."""
     problem = random_problem([700, 129, 5, 0], next_n=3, block_size=block_size, layout=layout, ctx_2d=True, seed=9,
                              max_model_len=1000, device="cuda")
-    config = HopperConfig(4, row_warpgroups=row_warpgroups)
+    config = cut_rows(4, rows, 3)
     fp32 = problem.call(fp8_paged_mqa_logits, precision="fp8", config=config)
     bf16 = problem.call(fp8_paged_mqa_logits, precision="fp8", config=config, logits_dtype=torch.bfloat16)
     assert_bitwise_equal(bf16, fp32.to(torch.bfloat16))
@@ -256,8 +285,8 @@ def test_hopper_kernel_gives_nan_for_bad_block_ids_without_reading_them(block_si
 @pytest.mark.parametrize("block_size, layout, next_n, precision", [
     (16, "normal", 1, "fp8"), (16, "shuffle", 2, "exact"), (64, "normal", 3, "fp8"), (64, "shuffle", 1, "exact"),
     (1, "normal", 2, "fp8"), (8, "normal", 3, "exact")])
-@pytest.mark.parametrize("row_warpgroups", [False, True])
-def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, layout, next_n, precision, row_warpgroups):
+@pytest.mark.parametrize("rows", ROW_CUTS)
+def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, layout, next_n, precision, rows):
     problem = random_problem([150, 70, 129], next_n=next_n, block_size=block_size, layout=layout, seed=12,
                              max_model_len=512, device="cuda")
     capacity = problem.block_tables.shape[1] * block_size
@@ -267,7 +296,7 @@ def test_hopper_kernel_unchecked_lengths_past_the_table_give_nan(block_size, lay
         out = torch.full((problem.batch * next_n, 512), 1.0e30, device="cuda")
         problem.replace(context_lens=lens, block_tables=tables).call(
             fp8_paged_mqa_logits, precision=precision, check_values=False, out=out,
-            config=HopperConfig(4, row_warpgroups=row_warpgroups))
+            config=cut_rows(4, rows, next_n))
         verdict = check_unchecked_logits(out, problem, lens, tables)
         assert verdict["nan_exact"] and verdict["nan"] > 0 and meets_contract(verdict, precision), verdict
 
@@ -296,6 +325,20 @@ def test_every_path_compiles_for_sm90a_within_its_register_budget():
                                 ((2, 16, "shuffle", False, False), (2, 64, "normal", False, False))):
         assert [built[sixteen][k] for k in ("bar", "lds", "sts")] == \
             [built[sixty_four][k] for k in ("bar", "lds", "sts")], (sixteen, built[sixteen], built[sixty_four])
+
+
+@pytest.mark.parametrize("next_n, block_size, layout", [(2, 64, "normal"), (4, 64, "normal"), (3, 16, "shuffle")])
+def test_programs_of_row_groups_compile_for_sm90a_within_their_register_budget(next_n, block_size, layout):
+    """Two groups of rows: each program is the kernel of next_n / 2 rows in one math warpgroup, with no spill."""
+    tool = Path(__file__).resolve().parents[1] / "benchmarks" / "compile_hopper.py"
+    done = subprocess.run([sys.executable, str(tool), "--next-n", str(next_n), "--block-size", str(block_size),
+                           "--layout", layout, "--row-groups", "2", "--json"], capture_output=True, text=True,
+                          check=True)
+    r = json.loads(done.stdout)
+    budget = launch.hopper_registers(HopperConfig(1, row_groups=2), next_n, exact=False)
+    assert (r["stack"], r["warps"], r["row_groups"]) == (0, 8, 2), r
+    assert r["registers"] <= budget == (80 if next_n == 2 else 128), r
+    assert r["gmma"] > 0, r
 
 
 def test_the_output_options_compile_for_sm90a_at_no_cost_in_resources():

@@ -239,13 +239,13 @@ def _head_sum(acc, w, GJ: gl.constexpr, H: gl.constexpr):
 
 
 @gluon.jit
-def _visible(ctx_ptr, b, kv_len, zero, J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr,
+def _visible(ctx_ptr, b, kv_len, zero, j0, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr,
              CTX_2D: gl.constexpr):
-    """How many leading positions query rows J0 .. J0+GJ-1 may see, in the layout of :func:`_head_sum`'s columns:
+    """How many leading positions query rows j0 .. j0+GJ-1 may see, in the layout of :func:`_head_sum`'s columns:
     read once before the chunks, where a load in the loop would wait on memory every chunk."""
     lay: gl.constexpr = _head_sum(zero, gl.zeros([GJ * H], gl.float32, gl.SliceLayout(0, zero.type.layout)), GJ,
                                   H).type.layout
-    js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
+    js = j0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
     if CTX_2D:
         return gl.load(ctx_ptr + b * NEXT_N + js, mask=js < NEXT_N, other=0)
     else:
@@ -254,13 +254,13 @@ def _visible(ctx_ptr, b, kv_len, zero, J0: gl.constexpr, GJ: gl.constexpr, NEXT_
 
 @gluon.jit
 def _store_chunk(acc, w, scale, page_ok, first, visible, out_ptr, b, out_stride, end,
-                 J0: gl.constexpr, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr):
-    """relu, weights, head sum, scale, masks: the logits [64, GJ] of query rows J0 .. J0+GJ-1, stored
+                 j0, GJ: gl.constexpr, NEXT_N: gl.constexpr, H: gl.constexpr):
+    """relu, weights, head sum, scale, masks: the logits [64, GJ] of query rows j0 .. j0+GJ-1, stored
     (``visible``: :func:`_visible`'s)."""
     logits = _head_sum(acc, w, GJ, H)
     lay: gl.constexpr = logits.type.layout
     pos = first + gl.arange(0, _CHUNK, layout=gl.SliceLayout(1, lay))
-    js = J0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
+    js = j0 + gl.arange(0, GJ, layout=gl.SliceLayout(0, lay))
     # s > 0, so relu(s * x) = s * relu(x): one multiply per position, after the head sum. Any other scale is NaN
     # here, so that its logits are NaN rather than finite and wrong.
     scale = gl.where((scale > 0.0) & (scale < float("inf")), scale, float("nan"))
@@ -277,12 +277,14 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
           BLOCK_SIZE: gl.constexpr, TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr,
           CTX_2D: gl.constexpr, EXACT: gl.constexpr, GATHER: gl.constexpr, CLEAN: gl.constexpr,
           num_warps: gl.constexpr):
-    """One warpgroup, for query rows J0 .. J0+ROWS-1 (ROWS a power of two; rows past next_n are zero): per chunk,
+    """One warpgroup, for query rows J0 .. J0+ROWS-1 of the program's (from its first, ``row0``; ROWS a power of two;
+    rows past next_n are zero): per chunk,
     MMAs of the keys against the queries of two rows at a time (one when ROWS is 1), each followed by its epilogue;
     then (``CLEAN``) -inf for its rows' positions past the context."""
     ptrs, buffers, bars, dims = work
     q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr = ptrs
-    out_stride, num_blocks, bt_stride, bt_width, b, end, kv_len = dims
+    out_stride, num_blocks, bt_stride, bt_width, b, row0, end, kv_len = dims
+    j0 = row0 + J0
     start, n_read = _read_share(kv_len, end)
     kv_smem, sc_smem = buffers
     ready, empty = bars
@@ -302,11 +304,10 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
     rows: gl.constexpr = gl.SliceLayout(1, mma)
     cols: gl.constexpr = gl.SliceLayout(0, mma)
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-    J_END: gl.constexpr = J0 + ROWS if J0 + ROWS < NEXT_N else NEXT_N
 
-    # Queries [ROWS*H, D], row j*H + h of query row J0 + j, into shared memory: WGMMA's B operand.
-    first_q = (b * NEXT_N + J0) * H
-    n_q = (NEXT_N - J0) * H                    # this warpgroup's rows that exist, times H
+    # Queries [ROWS*H, D], row j*H + h of query row j0 + j, into shared memory: WGMMA's B operand.
+    first_q = (b * NEXT_N + j0) * H
+    n_q = (NEXT_N - j0) * H                    # this warpgroup's rows that exist, times H
     qb: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [num_warps, 1], [1, 0])
     r = gl.arange(0, ROWS * H, layout=gl.SliceLayout(1, qb))
     d = gl.arange(0, _D, layout=gl.SliceLayout(0, qb))
@@ -327,9 +328,9 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
 
     tok = gl.arange(0, _CHUNK, layout=rows)
     zero = gl.zeros([_CHUNK, N], gl.float32, layout=mma)
-    visible_first = _visible(ctx_ptr, b, kv_len, zero, J0, GJ, NEXT_N, H, CTX_2D)  # each MMA's rows (two at most)
+    visible_first = _visible(ctx_ptr, b, kv_len, zero, j0, GJ, NEXT_N, H, CTX_2D)  # each MMA's rows (two at most)
     if NG > 1:
-        visible_second = _visible(ctx_ptr, b, kv_len, zero, J0 + GJ, GJ, NEXT_N, H, CTX_2D)
+        visible_second = _visible(ctx_ptr, b, kv_len, zero, j0 + GJ, GJ, NEXT_N, H, CTX_2D)
     bt_row = bt_ptr + b * bt_stride
     if GATHER:
         ids = _position_ids(bt_row, start + tok, kv_len, bt_width, BLOCK_SIZE)
@@ -362,7 +363,7 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
             else:
                 visible = visible_second
             _store_chunk(acc, wg, scale, page_ok, first, visible, out_ptr, b, out_stride, end,
-                         J0=J0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H)
+                         j0 + g * GJ, GJ=GJ, NEXT_N=NEXT_N, H=H)
 
     if CLEAN:  # positions past the context: -inf, without touching the cache
         fill_start, fill_end = _fill_share(kv_len, end)
@@ -370,8 +371,10 @@ def _math(work, J0: gl.constexpr, ROWS: gl.constexpr, NEXT_N: gl.constexpr, H: g
         neg_inf = gl.full([_CHUNK], float("-inf"), out_ptr.dtype.element_ty, layout=flat)
         for first in range(fill_start, fill_end, _CHUNK):
             pos = first + tail
-            for j in gl.static_range(J0, J_END):
-                gl.store(out_ptr + ((b * NEXT_N + j).to(gl.int64) * out_stride + pos), neg_inf, mask=pos < fill_end)
+            for k in gl.static_range(ROWS):
+                j = j0 + k
+                gl.store(out_ptr + ((b * NEXT_N + j).to(gl.int64) * out_stride + pos), neg_inf,
+                         mask=(pos < fill_end) & (j < NEXT_N))
 
 
 @gluon.jit
@@ -408,9 +411,13 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
                    TOK: gl.constexpr, STAGES: gl.constexpr, SHUFFLED: gl.constexpr, CTX_2D: gl.constexpr,
                    EXACT: gl.constexpr, GATHER: gl.constexpr, CLEAN: gl.constexpr, MATH_WGS: gl.constexpr,
                    MATH_REGS: gl.constexpr, LOADER_WARPS: gl.constexpr, LOADER_REGS: gl.constexpr,
-                   num_warps: gl.constexpr):
+                   ROW_GROUPS: gl.constexpr, num_warps: gl.constexpr):
     # kv_src, sc_src: TMA descriptors over the cache's values and scales, or (GATHER) pointers to them.
-    b = gl.program_id(0)
+    # ROW_GROUPS programs side by side take a sequence's query rows in even groups: they read the same pages at
+    # about the same time, the second from L2.
+    b = gl.program_id(0) // ROW_GROUPS
+    GROUP_ROWS: gl.constexpr = NP // ROW_GROUPS
+    row0 = gl.program_id(0) % ROW_GROUPS * GROUP_ROWS
     if CTX_2D:
         kv_len = gl.load(ctx_ptr + b * NEXT_N)
         for j in gl.static_range(1, NEXT_N):
@@ -440,12 +447,12 @@ def _hopper_kernel(q_ptr, kv_src, sc_src, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     bars = (ready, empty)
     loads = ((kv_src, sc_src), buffers, bars, bt_ptr, bt_stride, bt_width, b, max_model_len, kv_len, num_blocks)
     work = ((q_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr), buffers, bars,
-            (out_stride, num_blocks, bt_stride, bt_width, b, max_model_len, kv_len))
+            (out_stride, num_blocks, bt_stride, bt_width, b, row0, max_model_len, kv_len))
     # One math warpgroup for all query rows, or one for each: each waits for the same stages, and a stage is free
     # once every math warpgroup has arrived. Worker partitions are listed one by one: the list is static code.
     if MATH_WGS == 1:
         gl.warp_specialize([
-            (_math, (work, 0, NP, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN,
+            (_math, (work, 0, GROUP_ROWS, NEXT_N, H, BLOCK_SIZE, TOK, STAGES, SHUFFLED, CTX_2D, EXACT, GATHER, CLEAN,
                      num_warps)),
             (_loader, (loads, BLOCK_SIZE, TOK, STAGES, GATHER))], [LOADER_WARPS], [LOADER_REGS])
     elif MATH_WGS == 2:
@@ -531,7 +538,7 @@ def specialisation(next_n: int, heads: int, block_size: int, *, layout: str, ctx
                       TOK=CHUNK if gather else min(block_size, CHUNK), STAGES=config.stages,
                       SHUFFLED=layout == "shuffle", CTX_2D=ctx_2d, EXACT=exact, GATHER=gather, CLEAN=clean,
                       MATH_WGS=math_warpgroups(config, next_n), MATH_REGS=maxnreg, LOADER_WARPS=4 if gather else 1,
-                      LOADER_REGS=config.loader_regs or hopper_loader_regs(block_size))
+                      LOADER_REGS=config.loader_regs or hopper_loader_regs(block_size), ROW_GROUPS=config.row_groups)
     return constexprs, maxnreg
 
 
@@ -542,7 +549,7 @@ def launch_hopper(q, kv_cache, weights, context_lens, block_tables, max_model_le
     stride (``out``: fp32 or bf16, rows contiguous)."""
     batch, next_n, heads, _ = q.shape
     num_blocks, block_size = kv_cache.shape[0], kv_cache.shape[1]
-    grid = (batch, config.splits)
+    grid = (batch * config.row_groups, config.splits)
     dims = (block_tables.stride(0), block_tables.shape[1], out.stride(0), max_model_len, num_blocks)
     constexprs, maxnreg = specialisation(next_n, heads, block_size, layout=layout, ctx_2d=context_lens.dim() == 2,
                                          exact=exact, config=config, clean=clean)

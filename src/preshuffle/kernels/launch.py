@@ -121,13 +121,17 @@ class HopperConfig:
     context, cut on the device), a ring of ``stages`` shared-memory stages, and the register budget per thread
     (``maxnreg``: it sets how many programs share an SM, and ptxas must fit the math warpgroups in it; the loader
     gets ``loader_regs``, by default :func:`hopper_loader_regs`'s). ``row_warpgroups``: with next_n >= 2, a math
-    warpgroup for each query row, all reading the same stages, instead of one warpgroup for every row."""
+    warpgroup for each query row, all reading the same stages, instead of one warpgroup for every row.
+    ``row_groups``: programs a sequence's query rows are cut into (a power of two, at most next_n), launched side by
+    side so that the second to read a page finds it in L2; each program takes ``next_n / row_groups`` rows
+    (rounded up to a power of two) in one warpgroup."""
 
     splits: int
     stages: int = 4
     maxnreg: int | None = None  # None: hopper_maxnreg's value for the call
     loader_regs: int | None = None
     row_warpgroups: bool = False
+    row_groups: int = 1
 
     def __post_init__(self):
         positive_int(self.splits, "splits")
@@ -140,6 +144,11 @@ class HopperConfig:
         if not isinstance(self.row_warpgroups, bool):
             raise TypeError(f"row_warpgroups must be a bool, got {type(self.row_warpgroups).__name__} "
                             f"{self.row_warpgroups!r}")
+        if positive_int(self.row_groups, "row_groups") & (self.row_groups - 1):
+            raise ValueError(f"row_groups must be a power of two, got {self.row_groups}")
+        if self.row_groups > 1 and self.row_warpgroups:
+            raise ValueError("give row_warpgroups or row_groups > 1, not both: a program's rows share one warpgroup "
+                             f"when they are cut into groups (got row_groups {self.row_groups})")
 
 
 def gathers(block_size: int) -> bool:
@@ -228,6 +237,15 @@ def hopper_loader_regs(block_size: int) -> int:
     return 56 if gathers(block_size) else 40
 
 
+def program_rows(config: HopperConfig, next_n: int) -> int:
+    """Query rows a program of ``config`` takes (padded to a power of two), checked: ``config.row_groups`` cuts
+    next_n rows into groups none of which is empty."""
+    padded = triton.next_power_of_2(next_n)
+    if config.row_groups > next_n:
+        raise ValueError(f"row_groups must be at most next_n {next_n}, got {config.row_groups}")
+    return padded // config.row_groups
+
+
 def math_warpgroups(config: HopperConfig, next_n: int) -> int:
     """Math warpgroups in a program of the Hopper kernel: one for every query row, or one for all of them."""
     return next_n if config.row_warpgroups else 1
@@ -236,7 +254,7 @@ def math_warpgroups(config: HopperConfig, next_n: int) -> int:
 def hopper_registers(config: HopperConfig, next_n: int, exact: bool) -> int:
     """The register budget a thread of ``config``'s program gets, checked: the program's warps (its math
     warpgroups, and the loader warp, which Triton pads to a warpgroup) must fit in an SM's registers."""
-    maxnreg = config.maxnreg or hopper_maxnreg(next_n, exact, config.row_warpgroups)
+    maxnreg = config.maxnreg or hopper_maxnreg(program_rows(config, next_n), exact, config.row_warpgroups)
     warps = 4 * math_warpgroups(config, next_n) + 4
     if warps * 32 * maxnreg > REGISTERS_PER_SM:
         raise ValueError(f"{config} cannot launch at next_n {next_n}: {warps} warps x 32 threads x {maxnreg} "
