@@ -99,7 +99,7 @@ def calls(kernel: str, problem, precision: str, old) -> dict:
     rows = problem.batch * problem.next_n
     if kernel == "hopper":
         config = hopper_config(problem.batch, problem.next_n, exact=precision == "exact",
-                               block_size=problem.block_size)
+                               block_size=problem.block_size, layout=problem.layout)
     else:
         config = config_for(problem.batch, dot="fp8" if precision == "fp8" else "fp16")
     new_out = torch.empty(rows, max_model_len, device=q.device)

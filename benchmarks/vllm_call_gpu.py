@@ -125,7 +125,8 @@ def calls(shape: Shape, dg, build, configs) -> tuple:
         block_size, layout = fields.pop("block_size", 64), fields.pop("layout", "normal")
         own, own_reference, own_inputs = on_cache(block_size, layout)
         # The rule's launch for the shape (at pps programs an SM, if given), with the fields asked for.
-        rule = hopper_config(shape.batch, shape.next_n, block_size=block_size, programs_per_sm=pps)
+        rule = hopper_config(shape.batch, shape.next_n, block_size=block_size, layout=layout,
+                             programs_per_sm=pps)
         config = HopperConfig(**{**asdict(rule), **fields})
         fn = (lambda p, c: lambda: p.call(fp8_paged_mqa_logits, precision="fp8", check_values=False, config=c,
                                           clean_logits=False))(own, config)

@@ -614,5 +614,5 @@ def launch(q, kv_cache, weights, context_lens, block_tables, max_model_len, dims
     contiguous = tuple(t.contiguous() for t in inputs)
     repeat = launch_hopper(contiguous[0], kv_cache, *contiguous[1:], max_model_len, out, layout=layout, exact=exact,
                            clean=clean, config=config or hopper_config(dims.batch, dims.next_n, exact=exact,
-                                                                       block_size=dims.block_size))
+                                                                       block_size=dims.block_size, layout=layout))
     return out, repeat if all(a is b for a, b in zip(contiguous, inputs)) else None

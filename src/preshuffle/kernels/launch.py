@@ -197,7 +197,7 @@ def one_wave(batch: int, held: int, sms: int | None = None) -> int | None:
     return slots // batch if 2 * batch <= slots else None
 
 
-def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: int = 64,
+def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: int = 64, layout: str = "normal",
                   programs_per_sm: int | None = None, stages: int | None = None,
                   sms: int | None = None) -> HopperConfig:
     """The Hopper kernel's launch for a shape. fp8 through TMA with one math warpgroup: batches that leave room for two
@@ -207,18 +207,31 @@ def hopper_config(batch: int, next_n: int, *, exact: bool = False, block_size: i
     4-stage ring was best or within 3% on every anchor shape; the gather takes 3 (the same at one query row, 49.9 us
     instead of 59.0 at B=64 next_n=2: its copies pass through L1, which shares the SM's memory with the ring). Three
     query rows get a math warpgroup each (10-14% faster than one warpgroup for all four padded rows at 64 and 256
-    sequences); at two rows one warpgroup was 3-5% faster. ``programs_per_sm`` asks for :func:`splits_for`'s split
-    instead; ``sms``: the rule for a GPU of that many SMs (default: the current one's)."""
+    sequences), except on preshuffled pages, whose keys a warpgroup a row cannot hold in 64 registers (it spills):
+    there one warpgroup at 128 registers was faster at 64 and 256 sequences. At two rows one warpgroup was 3-5%
+    faster. Four rows on natural pages through TMA are cut into two groups of programs (:func:`row_groups_for`),
+    launched as two rows of twice the batch. ``programs_per_sm`` asks for :func:`splits_for`'s split instead;
+    ``sms``: the rule for a GPU of that many SMs (default: the current one's)."""
     gather = gathers(block_size)
-    rows = next_n == 3
+    rows = next_n == 3 and layout != "shuffle"
+    groups = row_groups_for(next_n, exact=exact, block_size=block_size, layout=layout)
+    batch, next_n = batch * groups, next_n // groups
     maxnreg = hopper_maxnreg(next_n, exact, rows)
-    # Warpgroups a row wait on one another's stages: their programs took more than one wave (hopper_programs_per_sm).
-    wave = one_wave(batch, programs_held(maxnreg, 1), sms) if not (exact or gather or rows) else None
+    # Three rows took more than one wave (hopper_programs_per_sm): warpgroups a row wait on one another's stages.
+    wave = one_wave(batch, programs_held(maxnreg, 1), sms) if not (exact or gather or next_n == 3) else None
     if programs_per_sm or wave is None:
         splits = splits_for(batch, programs_per_sm or hopper_programs_per_sm(batch, next_n, exact, gather), sms)
     else:
         splits = wave
-    return HopperConfig(splits, stages or (3 if gather else 4), maxnreg, row_warpgroups=rows)
+    return HopperConfig(splits, stages or (3 if gather else 4), maxnreg, row_warpgroups=rows, row_groups=groups)
+
+
+def row_groups_for(next_n: int, *, exact: bool = False, block_size: int = 64, layout: str = "normal") -> int:
+    """Groups of programs the launch rule cuts a sequence's query rows into: two at four rows of fp8 on natural
+    pages copied by TMA, each program the kernel of two rows (at vLLM's call on the H200, 3-5% faster than one
+    program for all four at 64 and 256 sequences; on 16-token preshuffled pages, slower), else one. At two rows
+    (a program a row) and three (two rows a program) the groups were slower (docs/kernel-design.md)."""
+    return 2 if next_n == 4 and not exact and layout != "shuffle" and not gathers(block_size) else 1
 
 
 def hopper_maxnreg(next_n: int, exact: bool, row_warpgroups: bool = False) -> int:
