@@ -91,6 +91,30 @@ def test_four_rows_on_natural_pages_launch_as_two_rows_of_twice_the_batch(monkey
     assert [launch.row_groups_for(n) for n in (1, 2, 3, 4)] == [1, 1, 1, 2]
 
 
+def test_row_groups_are_launched_where_the_committed_sweep_found_them_faster():
+    """results/h200-row-groups-sweep.json timed two groups of programs a sequence beside one program for all rows
+    (the launch then, and other launches on the same cache) at vLLM's call: the rule cuts the rows into groups
+    exactly where the fastest grouped launch beat every ungrouped one."""
+    rows = [r for r in report.load(report.RESULTS / "h200-row-groups-sweep.json")["rows"] if r.get("us_median")]
+    own = {"ours": (64, "normal"), "ours-block16": (16, "normal"), "ours-block16-shuffle": (16, "shuffle")}
+    grouped, ungrouped = {}, {}
+    for r in rows:
+        if r["who"] == "ours-config":
+            cache, groups = (r["block_size"], r["layout"]), r["asked"].get("row_groups", 1)
+        elif r["who"] in own:
+            cache, groups = own[r["who"]], 1
+        else:
+            continue
+        key = (r["shape"]["batch"], r["shape"]["next_n"], *cache)
+        side = grouped if groups > 1 else ungrouped
+        side[key] = min(side.get(key, float("inf")), r["us_median"])
+    assert len(grouped) == 9  # next_n 2, 3 and 4 at B=64 and 256 on 64-token pages; 16-token preshuffled ones
+    for (batch, next_n, block_size, layout), best in grouped.items():
+        faster = best < ungrouped[batch, next_n, block_size, layout]
+        assert faster == (launch.row_groups_for(next_n, block_size=block_size, layout=layout) == 2), \
+            (batch, next_n, block_size, layout, best, ungrouped[batch, next_n, block_size, layout])
+
+
 @pytest.mark.parametrize("block_size", [16, 64])
 def test_preshuffled_pages_at_three_rows_take_one_warpgroup(monkeypatch, block_size):
     """A warpgroup a row spills the preshuffled keys at 64 registers: one warpgroup at 128 takes the three rows, on
