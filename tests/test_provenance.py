@@ -205,7 +205,8 @@ def test_the_inputs_of_a_committed_row_rebuild_on_the_cpu_from_its_seed():
     assert input_digest(problem) == row["inputs_sha256"], f"{path.name}: {row['shape']} {row.get('who')}"
 
 
-def test_is_ancestor_says_none_for_a_tree_committed_afresh_and_false_for_a_commit_not_in_the_history(tmp_path):
+def test_is_ancestor_says_none_for_a_tree_committed_afresh_and_false_for_a_commit_not_in_the_history(tmp_path,
+                                                                                                 monkeypatch):
     import subprocess
 
     def git(*args):
@@ -220,5 +221,11 @@ def test_is_ancestor_says_none_for_a_tree_committed_afresh_and_false_for_a_commi
     assert provenance.is_ancestor("0" * 40, tmp_path) is None  # one commit: a copy, whose history says nothing
     (tmp_path / "a").write_text("2")
     git("commit", "-qam", "two")
+    monkeypatch.delenv("PRESHUFFLE_GIT_COMMIT", raising=False)
     assert provenance.is_ancestor(first, tmp_path) is True
+    assert provenance.is_ancestor("0" * 40, tmp_path) is False
+    # A copy of another commit, committed on a history of its own: its history cannot place the project's commits.
+    monkeypatch.setenv("PRESHUFFLE_GIT_COMMIT", "1234567")
+    assert provenance.is_ancestor("0" * 40, tmp_path) is None
+    monkeypatch.setenv("PRESHUFFLE_GIT_COMMIT", git("rev-parse", "--short", "HEAD"))
     assert provenance.is_ancestor("0" * 40, tmp_path) is False

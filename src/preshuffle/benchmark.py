@@ -166,12 +166,13 @@ def ladder(problem: PagedMQAProblem) -> list[tuple[str, str, str, object, int]]:
     """The steps from the portable kernel to the Hopper kernel, one change each: (step, kernel, precision, call,
     programs a sequence). Every step before the last runs a program a sequence, so that no step's time mixes its
     idea with a split; the last adds the launch rule's split (and is what a caller gets). Where the Hopper kernel
-    does not run (another GPU), only the portable steps."""
+    does not run (another GPU), or the cache is not the plain TMA step's (natural 64-token pages), only the portable
+    steps."""
     whole = LaunchConfig(CHUNK, None, NUM_WARPS, NUM_STAGES, splits=1)  # config_for's, a program a sequence
     steps = [("chapter 3's kernel (exact)", "portable", "exact", kernel_fn(problem, "exact", whole), 1),
              ("fp8 MMA", "portable", "fp8", kernel_fn(problem, "fp8", whole), 1)]
     if kernel_for(problem.block_size, problem.heads, problem.head_dim, problem.next_n,
-                  layout=problem.layout) != "hopper":
+                  layout=problem.layout) != "hopper" or (problem.block_size, problem.layout) != (64, "normal"):
         return steps
     rule = hopper_config(problem.batch, problem.next_n)
     row = fixed_run(problem.max_model_len, 1)

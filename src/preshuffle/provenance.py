@@ -20,6 +20,7 @@ import ast
 import hashlib
 import inspect
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -282,6 +283,11 @@ def is_ancestor(commit: str, repo: Path = ROOT) -> bool | None:
     if shallow.returncode or shallow.stdout.strip() != "false":
         return None
     if git("rev-list", "--count", "HEAD").stdout.strip() == "1":
+        return None
+    # A copy of the tree committed on another history (its commit named by PRESHUFFLE_GIT_COMMIT, what a run there
+    # records) cannot place the project's commits either.
+    named = os.environ.get("PRESHUFFLE_GIT_COMMIT")
+    if named and not git("rev-parse", "HEAD").stdout.strip().startswith(named):
         return None
     return git("merge-base", "--is-ancestor", commit, "HEAD").returncode == 0
 
