@@ -121,3 +121,38 @@ def test_no_figure_the_runs_never_held_is_left(name):
     text = doc(name)
     for gone in ("calc_diff 8.2e-7", "10^5 or more", "31 us for 4096 rows", "715.1"):
         assert gone not in text, f"docs/{name} still says {gone!r}"
+
+
+def vllm_call_us(rows: list[dict], shape: Shape, who: str, tight: bool = True, asked: dict | None = None) -> float:
+    """A call's median time in the nv_dev run at vLLM's call: at the rows' own width or vLLM's, and for the
+    package's extra launches the one that asked for ``asked``."""
+    found = [r for r in rows if r["who"] == who and Shape(**r["shape"]) == shape and r.get("us_median")
+             and (asked is None or r.get("asked") == asked)]
+    width = (min if tight else max)(r["max_model_len"] for r in found)
+    (row,) = [r for r in found if r["max_model_len"] == width]
+    return round(row["us_median"], 1)
+
+
+def test_the_four_row_groups_and_the_preshuffled_three_rows_are_the_nv_dev_runs():
+    """docs/kernel-design.md, "next_n = 3 and 4", and docs/performance.md's target for preshuffled pages."""
+    rows = results("h200-vllm-call-nvdev.json")["rows"]
+    b64, b256 = Shape(64, 4, 8192), Shape(256, 4, 8192)
+    text = doc("kernel-design.md")
+    found = figures(text, r"At the rows' own width that takes (\d+\.\d) and (\d+\.\d) us at B=64 and 256, against "
+                          r"(\d+\.\d) and (\d+\.\d) for one program of all four rows and nv_dev's (\d+\.\d) and (\d+\.\d)",
+                    ["h200-vllm-call-nvdev.json"])
+    assert found == (vllm_call_us(rows, b64, "ours"), vllm_call_us(rows, b256, "ours"),
+                     vllm_call_us(rows, b64, "ours-config", asked={"row_groups": 1, "splits": 4}),
+                     vllm_call_us(rows, b256, "ours-config", asked={"row_groups": 1, "splits": 5}),
+                     vllm_call_us(rows, b64, "deepgemm"), vllm_call_us(rows, b256, "deepgemm"))
+    n3 = (Shape(64, 3, 8192), Shape(256, 3, 8192))
+    shuffled = tuple(vllm_call_us(rows, s, "ours-block16-shuffle", tight=False) for s in n3)
+    a_row = tuple(vllm_call_us(rows, s, "ours-config", asked={"row_warpgroups": True, "maxnreg": 64}) for s in n3)
+    found = figures(text, r"the rule takes the three rows in one warpgroup at 128 registers, on the three-row split: "
+                          r"(\d+\.\d) and (\d+\.\d) us at B=64 and 256 at vLLM's width, 1\.\d\dx and 1\.\d\dx natural "
+                          r"64-token pages, against (\d+\.\d) and (\d+\.\d) us for a warpgroup a row",
+                    ["h200-vllm-call-nvdev.json"])
+    assert found == shuffled + a_row
+    found = figures(doc("performance.md"), r"a warpgroup a row at 64 registers spills: (\d+\.\d) and (\d+\.\d) us "
+                                            r"against (\d+\.\d) and (\d+\.\d),", ["h200-vllm-call-nvdev.json"])
+    assert found == a_row + shuffled
